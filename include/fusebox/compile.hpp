@@ -1,0 +1,220 @@
+// compile.hpp: compile(model, options) and eager(model). The public entry points.
+//
+// compile() returns a callable. Each call captures the model on symbolic inputs bound to the call's
+// tensors (a few dozen bytes on the stack: no graph is built at run time), and runs the program of
+// the captured expression type, whose plan was made by the one planner while this translation
+// unit was compiled. Intermediates live in an arena whose size is a constant of the program
+// (`arena_bytes<Args...>`); it and the workspace are allocated on the first call and reused, so
+// `run(out, args...)` allocates nothing in steady state. `operator()` allocates only its result.
+//
+// eager() runs the model op by op (each op materialises its result): the A/B baseline.
+// Depends on: cpu/, ops/, options.hpp, graph_break.hpp.
+#pragma once
+
+#include <memory>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "fusebox/cpu/evaluate.hpp"
+#include "fusebox/cpu/invoke.hpp"
+#include "fusebox/cpu/report.hpp"
+#include "fusebox/graph_break.hpp"
+#include "fusebox/options.hpp"
+
+namespace fusebox {
+
+namespace detail {
+
+template <class X>
+struct is_tuple : std::false_type {};
+template <class... X>
+struct is_tuple<std::tuple<X...>> : std::true_type {};
+
+template <class X>
+auto as_root(const X& x) {
+  if constexpr (is_expr_v<X>) return x;
+  else return tensor_leaf<typename X::value_type, typename X::shape_type>{{}, x.view()};
+}
+
+/// A model result as a tuple of expressions (a tensor result becomes a tensor leaf).
+template <class R>
+auto as_roots(const R& r) {
+  if constexpr (is_tuple<R>::value) {
+    return std::apply([](const auto&... x) { return std::make_tuple(as_root(x)...); }, r);
+  } else {
+    return std::make_tuple(as_root(r));
+  }
+}
+
+template <class Tuple>
+struct program_of;
+template <class... Roots>
+struct program_of<std::tuple<Roots...>> {
+  using type = cpu::program<typename std::tuple_element_t<0, std::tuple<Roots...>>::value_type, Roots...>;
+  using outputs = std::tuple<tensor<typename Roots::value_type, shape_of_t<Roots>>...>;
+};
+
+/// Argument I as the model sees it while capturing: tensors become input leaves.
+template <std::size_t I, bool FullGraph, class A>
+auto symbolic_arg(const A& a) {
+  if constexpr (is_tensor_v<A>) return input_leaf<I, typename A::value_type, typename A::shape_type, FullGraph>{{}, a.view()};
+  else return a;
+}
+
+/// Scope guard for the thread's capture context.
+struct capture_scope {
+  capture_context* saved;
+  explicit capture_scope(capture_context* c) : saved(current_capture()) { current_capture() = c; }
+  ~capture_scope() { current_capture() = saved; }
+};
+
+template <class Out>
+decltype(auto) unwrap(Out&& outs) {
+  if constexpr (std::tuple_size_v<std::remove_cvref_t<Out>> == 1) return std::move(std::get<0>(outs));
+  else return std::forward<Out>(outs);
+}
+
+}  // namespace detail
+
+template <class Model, options Static = options{}>
+class compiled {
+ public:
+  compiled(Model model, options opts) : model_(std::move(model)), opts_(opts) {
+    if constexpr (Static.fullgraph) opts_.fullgraph = true;
+    rt_->pool = &cpu::shared_pool(opts_.threads ? opts_.threads : default_threads());
+  }
+
+  const options& opts() const noexcept { return opts_; }
+  unsigned threads() const noexcept { return rt_->pool->size(); }
+
+  /// Runs the compiled model; returns its result(s) as new tensors.
+  template <class... Args>
+  auto operator()(const Args&... args) {
+    return call(nullptr, args...);
+  }
+
+  /// Runs the compiled model into caller-owned outputs: no heap allocation in steady state.
+  template <class Out, class... Args>
+  void run(Out& out, const Args&... args) {
+    auto [roots, guard] = capture(nullptr, args...);
+    using Prog = typename detail::program_of<decltype(roots)>::type;
+    typename Prog::frame_t f;
+    const auto targs = std::tie(args...);
+    cpu::bind_inputs<Prog>(f, roots, targs);
+    auto outs = std::tie(out);
+    check_output(out, f.loc[Prog::graph::outputs[0]].shape);
+    cpu::bind_and_run<Prog>(f, outs, *rt_);
+  }
+
+  /// Bytes of the intermediate arena for these argument types: a compile-time constant.
+  template <class... Args>
+  static constexpr std::size_t arena_bytes() {
+    return program_for<Args...>::arena_bytes;
+  }
+
+  /// The plan for these arguments, kernel by kernel (captures the model; breaks are run).
+  template <class... Args>
+  std::string describe(std::vector<detail::break_record>* breaks, const Args&... args) {
+    auto [roots, guard] = capture(breaks, args...);
+    using Prog = typename detail::program_of<decltype(roots)>::type;
+    return cpu::describe<Prog>(threads());
+  }
+
+  /// Per-thread capture settings (for a call in progress).
+  template <class... Args>
+  auto call(std::vector<detail::break_record>* breaks, const Args&... args) {
+    auto [roots, guard] = capture(breaks, args...);
+    using PO = detail::program_of<decltype(roots)>;
+    using Prog = typename PO::type;
+    typename Prog::frame_t f;
+    const auto targs = std::tie(args...);
+    cpu::bind_inputs<Prog>(f, roots, targs);
+    auto outs = make_outputs<typename PO::outputs, Prog>(f);
+    cpu::bind_and_run<Prog>(f, outs, *rt_);
+    return detail::unwrap(std::move(outs));
+  }
+
+ private:
+  template <class... Args>
+  using program_for = typename detail::program_of<decltype(detail::as_roots(
+      std::declval<Model&>()(detail::symbolic_arg<0, Static.fullgraph>(std::declval<const Args&>())...)))>::type;
+
+  template <class... Args>
+  auto capture(std::vector<detail::break_record>* breaks, const Args&... args) {
+    auto ctx = std::make_unique<detail::capture_context>();
+    ctx->fullgraph = opts_.fullgraph;
+    ctx->breaks = breaks;
+    ctx->rt = rt_.get();
+    detail::capture_scope scope(ctx.get());
+    auto roots = [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return detail::as_roots(model_(detail::symbolic_arg<I, Static.fullgraph>(args)...));
+    }(std::index_sequence_for<Args...>{});
+    return std::pair{std::move(roots), 0};
+  }
+
+  template <class Outs, class Prog>
+  static Outs make_outputs(const typename Prog::frame_t& f) {
+    return [&]<std::size_t... R>(std::index_sequence<R...>) {
+      return Outs{std::tuple_element_t<R, Outs>(
+          Prog::all_static ? Prog::nodes[Prog::graph::outputs[R]].desc.shape : output_shape<Prog>(f, R))...};
+    }(std::make_index_sequence<std::tuple_size_v<Outs>>{});
+  }
+  template <class Prog>
+  static dims output_shape(const typename Prog::frame_t& f, std::size_t r) {
+    return f.loc[Prog::graph::outputs[r]].shape;
+  }
+  template <class Out>
+  static void check_output(const Out& out, const dims& want) {
+    if (!(out.extents() == want) || !out.contiguous())
+      throw invalid_argument("compiled::run: the output tensor is " + to_string(out.extents()) +
+                             (out.contiguous() ? "" : " (not contiguous)") + ", the model produces " +
+                             to_string(want) + " (contiguous)");
+  }
+
+  Model model_;
+  options opts_;
+  std::unique_ptr<cpu::runtime> rt_ = std::make_unique<cpu::runtime>();
+};
+
+/// Compiles `model` (a callable over tensors built from fusebox ops) with run-time options.
+template <class Model>
+auto compile(Model model, options opts = {}) {
+  return compiled<Model>(std::move(model), opts);
+}
+
+/// Compiles with options known at build time: `compile<options{.fullgraph = true}>(model)` turns
+/// graph breaks into build errors.
+template <options Static, class Model>
+auto compile(Model model) {
+  return compiled<Model, Static>(std::move(model), Static);
+}
+
+/// Runs `model` op by op, every intermediate materialised: the baseline to compare against.
+template <class Model>
+class eager_fn {
+ public:
+  eager_fn(Model model, unsigned threads) : model_(std::move(model)), threads_(threads) {}
+  template <class... Args>
+  auto operator()(const Args&... args) {
+    const unsigned saved = default_threads();
+    if (threads_) set_default_threads(threads_);
+    struct restore {
+      unsigned n;
+      ~restore() { set_default_threads(n); }
+    } r{saved};
+    return model_(args...);
+  }
+
+ private:
+  Model model_;
+  unsigned threads_;
+};
+
+template <class Model>
+auto eager(Model model, options opts = {}) {
+  return eager_fn<Model>(std::move(model), opts.threads);
+}
+
+}  // namespace fusebox

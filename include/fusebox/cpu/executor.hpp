@@ -1,0 +1,657 @@
+// cpu/executor.hpp: runs a plan on the CPU. One `program<T, Roots...>` per captured expression type:
+// the plan is a constexpr member, and each kernel of it is instantiated from the node types with
+// `if constexpr`, so loops see static trip counts where extents are static.
+//
+// Kernels (plan::kernel_kind):
+//   rows         a fusion group over an index space [rows..., W]. Each row: reduction passes in
+//                order (the row stays in L1/L2; costly shared nodes are kept in a per-thread row
+//                scratch), per-row scalars between passes, then one output pass writing every
+//                materialised member. Pure elementwise groups are the zero-pass case. Rows are
+//                split over threads; each row is computed by one thread, so results do not depend
+//                on the thread count.
+//   reduce_cols  a reduction over a non-last axis, its producers fused: accumulates input rows
+//                into output rows; threads split the last dimension.
+//   matmul       cpu::gemm, with the epilogue group evaluated on each finished row run of C.
+//   opaque       the user's function on a tensor view of its input (a graph break).
+//   copy         an output that is a leaf or a view.
+// The vector body runs on xsimd batches and the tail on scalars through the same evaluator; inputs
+// with an inner stride other than 0 or 1 take a scalar strided path.
+// Depends on: plan/planner.hpp, ir/graph.hpp, cpu/{simd,thread_pool,gemm}.hpp, core/.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstring>
+#include <span>
+#include <tuple>
+#include <utility>
+
+#include "fusebox/core/tensor.hpp"
+#include "fusebox/cpu/gemm.hpp"
+#include "fusebox/cpu/simd.hpp"
+#include "fusebox/cpu/thread_pool.hpp"
+#include "fusebox/ir/graph.hpp"
+#include "fusebox/plan/planner.hpp"
+
+namespace fusebox::cpu {
+
+/// The state of one call: where each node's memory is, and what the kernels may use.
+template <class T, std::size_t N>
+struct frame {
+  std::array<strided<T>, N> loc{};
+  std::array<storage_ptr, N> keep{};  // opaque results, alive for the call
+  std::array<strided<T>, N> copy_to{};  // outputs that are a leaf, a view or an opaque result
+  const void* payload[N > 0 ? N : 1]{};
+  std::byte* arena = nullptr;
+  std::byte* workspace = nullptr;  // row scratch for every thread, then the GEMM workspace
+  std::size_t workspace_bytes = 0;
+  thread_pool* pool = nullptr;
+};
+
+namespace detail {
+inline constexpr std::size_t min_task_elems = 1 << 14;  // below this a task costs more to hand out than to run
+
+constexpr std::size_t outer_size(const dims& s) {
+  std::size_t r = 1;
+  for (std::size_t d = 0; d + 1 < s.rank; ++d) r *= s.extent[d];
+  return r;
+}
+}  // namespace detail
+
+template <class T, class... Roots>
+struct program {
+  using graph = ir::graph<Roots...>;
+  static constexpr std::size_t N = graph::size;
+  static constexpr auto nodes = graph::nodes;
+  static constexpr plan::plan_t<N> plan = plan::make_plan(graph::nodes, graph::outputs, sizeof(T));
+  using value_type = T;
+  using frame_t = frame<T, N>;
+  using V = vec<T>;
+  static constexpr std::size_t VS = V::size;
+
+  static constexpr bool all_static = [] {
+    for (const auto& n : graph::nodes)
+      if (!n.desc.shape.is_static()) return false;
+    return true;
+  }();
+
+  /// Bytes of the intermediate arena: a constant of the expression type.
+  static constexpr std::size_t arena_bytes = plan.arena_bytes;
+
+  /// Bytes of per-call workspace for `threads` threads (row scratch + GEMM packing).
+  static constexpr std::size_t workspace_bytes(unsigned threads) {
+    std::size_t scratch = (plan.row_scratch_elems * sizeof(T) + 63) / 64 * 64 * threads;
+    std::size_t g = 0;
+    for (int k = 0; k < plan.n_kernels; ++k) {
+      const auto& kn = plan.kernels[k];
+      if (kn.kind != plan::kernel_kind::matmul || !nodes[kn.node].desc.shape.is_static()) continue;
+      const auto [batch, m, n, kk] = matmul_sizes(kn.node, nodes[kn.node].desc.shape,
+                                                  nodes[nodes[kn.node].inputs[0]].desc.shape);
+      g = std::max(g, gemm_workspace_bytes<T>(batch, m, n, kk, threads));
+    }
+    return scratch + g;
+  }
+
+  /// Run-time workspace size (for dyn extents the static answer is not known).
+  static std::size_t workspace_bytes(unsigned threads, const frame_t& f) {
+    std::size_t scratch = 0;
+    for (int k = 0; k < plan.n_kernels; ++k)
+      if (plan.kernels[k].kind == plan::kernel_kind::rows)
+        scratch = std::max(scratch, static_cast<std::size_t>(plan.kernels[k].cached) *
+                                        space_of(k, f).back(0) * sizeof(T));
+    scratch = (scratch + 63) / 64 * 64 * threads;
+    std::size_t g = 0;
+    for (int k = 0; k < plan.n_kernels; ++k) {
+      const auto& kn = plan.kernels[k];
+      if (kn.kind != plan::kernel_kind::matmul) continue;
+      const auto [batch, m, n, kk] = matmul_sizes(kn.node, f.loc[kn.node].shape, f.loc[nodes[kn.node].inputs[0]].shape);
+      g = std::max(g, gemm_workspace_bytes<T>(batch, m, n, kk, threads));
+    }
+    return scratch + g;
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // Set-up: node memory
+
+  /// Points every materialised node at its memory. Inputs and outputs must already be set.
+  static void bind_intermediates(frame_t& f) {
+    for (std::size_t i = 0; i < N; ++i) {
+      if (plan.offset[i] != plan::no_offset) {
+        f.loc[i].data = reinterpret_cast<T*>(f.arena + plan.offset[i]);
+        f.loc[i].shape = nodes[i].desc.shape;
+        f.loc[i].stride = contiguous_strides(nodes[i].desc.shape);
+      }
+    }
+    // A matmul fused into an epilogue writes into the epilogue's output.
+    for (int k = 0; k < plan.n_kernels; ++k) {
+      const auto& kn = plan.kernels[k];
+      if (kn.kind == plan::kernel_kind::matmul && kn.group >= 0) f.loc[kn.node] = f.loc[epilogue_output(kn.group)];
+    }
+    bind_views(f);
+  }
+
+  static void bind_views(frame_t& f) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((nodes[I].desc.kind == node_kind::view ? bind_view<I>(f) : void()), ...);
+    }(std::make_index_sequence<N>{});
+  }
+  template <std::size_t I>
+  static void bind_view(frame_t& f) {
+    if constexpr (nodes[I].desc.kind == node_kind::view) {
+      using E = typename graph::template type_of<I>;
+      f.loc[I] = E::view::apply(f.loc[nodes[I].inputs[0]]);
+    }
+  }
+
+  /// Resolved extents of the intermediate nodes for graphs with dyn extents (eager on dyn tensors).
+  static void resolve_shapes(frame_t& f) {
+    if constexpr (!all_static) {
+      for (std::size_t i = 0; i < N; ++i) {
+        const auto& nd = nodes[i];
+        if (ir::is_leaf_kind(nd.desc.kind) || f.loc[i].data) continue;
+        dims s{};
+        switch (nd.desc.kind) {
+          case node_kind::pointwise:
+            for (int k = 0; k < nd.n_inputs; ++k) s = broadcast(s, shape_at(f, nd.inputs[k])).out;
+            break;
+          case node_kind::reduce:
+            s = fusebox::detail::reduced_shape(shape_at(f, nd.inputs[0]), nd.desc.axis, nd.desc.keepdim);
+            break;
+          case node_kind::matmul:
+            s = fusebox::detail::matmul_shape(shape_at(f, nd.inputs[0]), shape_at(f, nd.inputs[1])).out;
+            break;
+          default:
+            s = nd.desc.shape;
+        }
+        f.loc[i].shape = s;
+      }
+    }
+  }
+  static dims shape_at(const frame_t& f, int i) {
+    return nodes[i].desc.kind == node_kind::scalar ? dims{} : f.loc[i].shape;
+  }
+
+  static constexpr int epilogue_output(int group) {
+    for (std::size_t i = 0; i < N; ++i)
+      if (plan.group[i] == group && plan.materialised[i]) return static_cast<int>(i);
+    return -1;
+  }
+
+  static dims space_of(int k, const frame_t& f) {
+    if constexpr (all_static) return plan.kernels[k].space;
+    const auto& kn = plan.kernels[k];
+    switch (kn.kind) {
+      case plan::kernel_kind::rows:
+        for (std::size_t i = 0; i < N; ++i)
+          if (plan.group[i] == kn.group) {
+            if (nodes[i].desc.kind == node_kind::reduce) return shape_at(f, nodes[i].inputs[0]);
+            if (nodes[i].desc.shape.rank == kn.space.rank && !plan.row_constant[i]) return f.loc[i].shape;
+          }
+        return kn.space;
+      case plan::kernel_kind::reduce_cols: return shape_at(f, nodes[kn.node].inputs[0]);
+      default: return f.loc[kn.node].shape;
+    }
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // Running
+
+  static void run(frame_t& f) {
+    [&]<int... K>(std::integer_sequence<int, K...>) {
+      (run_kernel<K>(f), ...);
+    }(std::make_integer_sequence<int, plan.n_kernels>{});
+  }
+
+  template <int K>
+  static void run_kernel(frame_t& f) {
+    constexpr plan::kernel kn = plan.kernels[K];
+    if constexpr (kn.kind == plan::kernel_kind::rows) run_rows<K>(f);
+    else if constexpr (kn.kind == plan::kernel_kind::reduce_cols) run_reduce_cols<K>(f);
+    else if constexpr (kn.kind == plan::kernel_kind::matmul) run_matmul<K>(f);
+    else if constexpr (kn.kind == plan::kernel_kind::opaque) run_opaque<K>(f);
+    else run_copy<K>(f);
+  }
+
+  // ---- group membership, as constexpr lists ----
+
+  struct id_list {
+    std::array<int, N> id{};
+    int size = 0;
+  };
+  /// Nodes a group reads from memory (all but scalars, which come from the payload table).
+  static constexpr id_list external_inputs(int group) {
+    id_list l{};
+    std::array<bool, N> seen{};
+    for (std::size_t i = 0; i < N; ++i) {
+      if (plan.group[i] != group) continue;
+      for (int k = 0; k < nodes[i].n_inputs; ++k) {
+        const int in = nodes[i].inputs[k];
+        if (plan.group[in] == group || seen[in] || nodes[in].desc.kind == node_kind::scalar) continue;
+        seen[in] = true;
+        l.id[l.size++] = in;
+      }
+    }
+    return l;
+  }
+  /// Materialised members: full-width ones are written in the output pass, the others per row.
+  static constexpr id_list group_outputs(int group, bool full_width) {
+    id_list l{};
+    for (std::size_t i = 0; i < N; ++i)
+      if (plan.group[i] == group && plan.materialised[i] &&
+          full_width == (nodes[i].desc.kind == node_kind::pointwise && !plan.row_constant[i]))
+        l.id[l.size++] = static_cast<int>(i);
+    return l;
+  }
+  /// Reductions and per-row scalars, in the order a row computes them.
+  static constexpr id_list row_steps(int group) {
+    id_list l{};
+    for (std::size_t i = 0; i < N; ++i)
+      if (plan.group[i] == group && (nodes[i].desc.kind == node_kind::reduce || plan.row_constant[i]))
+        l.id[l.size++] = static_cast<int>(i);
+    return l;
+  }
+
+  // ---- per-row addressing ----
+
+  /// Strides of node `id` in the index space `space` (right-aligned; broadcast dims get 0).
+  static void space_strides(const strided<T>& m, const dims& space, std::ptrdiff_t* out) {
+    const std::size_t r = space.rank, rn = m.shape.rank;
+    for (std::size_t d = 0; d < r; ++d) {
+      out[d] = 0;
+      if (d + rn >= r) {
+        const std::size_t nd = d + rn - r;
+        out[d] = m.shape.extent[nd] == 1 ? 0 : m.stride[nd];
+      }
+    }
+  }
+
+  struct row_addressing {
+    const T* base[N]{};
+    std::ptrdiff_t stride[N][max_rank]{};
+    const T* ptr[N]{};
+    std::ptrdiff_t inner[N]{};
+    void at_row(const dims& space, std::size_t row, const int* ids, int n) {
+      std::size_t coord[max_rank]{};
+      for (std::size_t d = space.rank - 1; d-- > 0;) {
+        coord[d] = row % space.extent[d];
+        row /= space.extent[d];
+      }
+      for (int q = 0; q < n; ++q) {
+        const int id = ids[q];
+        std::ptrdiff_t o = 0;
+        for (std::size_t d = 0; d + 1 < space.rank; ++d) o += static_cast<std::ptrdiff_t>(coord[d]) * stride[id][d];
+        ptr[id] = base[id] + o;
+      }
+    }
+  };
+
+  // ---- the evaluator: one node's value at column j of the current row ----
+
+  template <int Group, int Pass, class W, bool Contig>
+  struct evaluator {
+    const row_addressing& a;
+    const T* rs;       // per-row scalars by node id
+    T* scratch;        // this thread's row scratch
+    std::size_t width;
+    const void* const* payload;
+    std::size_t j;
+
+    template <int Id>
+    W get() const {
+      constexpr auto nd = nodes[Id];
+      if constexpr (nd.desc.kind == node_kind::scalar) {
+        return W(static_cast<const scalar_leaf<T>*>(payload[nd.payload_slot])->value);
+      } else if constexpr (Group >= 0 && plan.group[Id] == Group) {
+        if constexpr (nd.desc.kind == node_kind::reduce || plan.row_constant[Id]) {
+          return W(rs[Id]);
+        } else if constexpr (plan.cache_slot[Id] >= 0 && plan.pass[Id] < Pass) {
+          return load_v<W>(scratch + plan.cache_slot[Id] * width + j);
+        } else if constexpr (plan.cache_slot[Id] >= 0) {
+          static_assert(plan.pass[Id] == Pass, "fusebox internal: a cached node is read before its pass");
+          const W v = compute<Id>();
+          store_v(scratch + plan.cache_slot[Id] * width + j, v);
+          return v;
+        } else {
+          return compute<Id>();
+        }
+      } else if constexpr (Contig) {
+        const T* p = a.ptr[Id];
+        if constexpr (nd.desc.shape.back(0) == 1) return W(*p);
+        else return a.inner[Id] == 0 ? W(*p) : load_v<W>(p + j);
+      } else {
+        return load_strided_v<W>(a.ptr[Id] + static_cast<std::ptrdiff_t>(j) * a.inner[Id], a.inner[Id]);
+      }
+    }
+
+    template <int Id>
+    W compute() const {
+      using E = typename graph::template type_of<Id>;
+      using Op = typename E::op;
+      constexpr auto nd = nodes[Id];
+      if constexpr (nd.n_inputs == 1) return Op::apply(get<nd.inputs[0]>());
+      else if constexpr (nd.n_inputs == 2) return Op::apply(get<nd.inputs[0]>(), get<nd.inputs[1]>());
+      else return Op::apply(get<nd.inputs[0]>(), get<nd.inputs[1]>(), get<nd.inputs[2]>());
+    }
+  };
+
+  // ---- rows ----
+
+  template <int K>
+  static void run_rows(frame_t& f) {
+    constexpr plan::kernel kn = plan.kernels[K];
+    constexpr int G = kn.group;
+    const dims space = space_of(K, f);
+    if (space.size() == 0) return;
+    static constexpr id_list ext = external_inputs(G);
+    static constexpr id_list outs = group_outputs(G, true);
+    static constexpr id_list souts = group_outputs(G, false);
+
+    row_addressing proto;
+    bool contig = true;
+    auto bind = [&](int id, bool written) {
+      proto.base[id] = f.loc[id].data;
+      space_strides(f.loc[id], space, proto.stride[id]);
+      proto.inner[id] = proto.stride[id][space.rank - 1];
+      if (written ? proto.inner[id] != 1 && space.back(0) != 1 : proto.inner[id] > 1 || proto.inner[id] < 0)
+        contig = false;
+    };
+    for (int q = 0; q < ext.size; ++q) bind(ext.id[q], false);
+    for (int q = 0; q < outs.size; ++q) bind(outs.id[q], true);
+    for (int q = 0; q < souts.size; ++q) bind(souts.id[q], false);
+    constexpr auto all_ids = [] {
+      std::array<int, N> ids{};
+      int c = 0;
+      for (int q = 0; q < ext.size; ++q) ids[c++] = ext.id[q];
+      for (int q = 0; q < outs.size; ++q) ids[c++] = outs.id[q];
+      for (int q = 0; q < souts.size; ++q) ids[c++] = souts.id[q];
+      return std::pair{ids, c};
+    }();
+
+    const std::size_t rows = detail::outer_size(space);
+    const std::size_t width = space.back(0);
+    // Pure elementwise groups may also split a row; reductions keep a row whole.
+    const std::size_t col_block = kn.passes == 0 && width > detail::min_task_elems
+                                      ? std::max<std::size_t>(detail::min_task_elems / VS * VS, VS)
+                                      : width;
+    const std::size_t col_blocks = (width + col_block - 1) / col_block;
+    const std::size_t rows_per_task = std::max<std::size_t>(1, detail::min_task_elems / width);
+    const std::size_t row_tasks = (rows + rows_per_task - 1) / rows_per_task;
+    const std::size_t scratch_stride = (plan.row_scratch_elems * sizeof(T) + 63) / 64 * 64;
+    (void)scratch_stride;
+    auto task = [&](std::size_t t, unsigned worker) {
+      row_addressing a = proto;
+      T* scratch = reinterpret_cast<T*>(f.workspace + worker * workspace_row_scratch_stride(f));
+      const std::size_t rt = t / col_blocks, cb = t % col_blocks;
+      const std::size_t r0 = rt * rows_per_task, r1 = std::min(rows, r0 + rows_per_task);
+      const std::size_t c0 = cb * col_block, c1 = std::min(width, c0 + col_block);
+      for (std::size_t r = r0; r < r1; ++r) {
+        a.at_row(space, r, all_ids.first.data(), all_ids.second);
+        if (contig) row<K, true>(a, f, scratch, c0, c1, width);
+        else row<K, false>(a, f, scratch, c0, c1, width);
+      }
+    };
+    f.pool->parallel_for(row_tasks * col_blocks, task);
+  }
+
+  static std::size_t workspace_row_scratch_stride(const frame_t&) {
+    return (plan.row_scratch_elems * sizeof(T) + 63) / 64 * 64;
+  }
+
+  /// One row of a rows kernel over columns [c0, c1) (the whole row when it has passes).
+  template <int K, bool Contig>
+  static void row(const row_addressing& a, const frame_t& f, T* scratch, std::size_t c0, std::size_t c1,
+                  std::size_t width) {
+    constexpr plan::kernel kn = plan.kernels[K];
+    constexpr int G = kn.group;
+    static constexpr id_list steps = row_steps(G);
+    T rs[N > 0 ? N : 1];
+    // Reductions and per-row scalars, in order.
+    [&]<int... S>(std::integer_sequence<int, S...>) {
+      (step<G, steps.id[S], Contig>(a, f, rs, scratch, width), ...);
+    }(std::make_integer_sequence<int, steps.size>{});
+    // Output pass.
+    static constexpr id_list outs = group_outputs(G, true);
+    static constexpr id_list souts = group_outputs(G, false);
+    if constexpr (outs.size > 0) {
+      auto write = [&]<class W>(std::size_t j) {
+        evaluator<G, kn.passes, W, Contig> e{a, rs, scratch, width, f.payload, j};
+        [&]<int... O>(std::integer_sequence<int, O...>) {
+          ((Contig ? store_v(const_cast<T*>(a.ptr[outs.id[O]]) + j, e.template get<outs.id[O]>())
+                   : store_v(const_cast<T*>(a.ptr[outs.id[O]]) + static_cast<std::ptrdiff_t>(j) * a.inner[outs.id[O]],
+                           e.template get<outs.id[O]>())),
+           ...);
+        }(std::make_integer_sequence<int, outs.size>{});
+      };
+      std::size_t j = c0;
+      if constexpr (Contig)
+        for (; j + VS <= c1; j += VS) write.template operator()<V>(j);
+      for (; j < c1; ++j) write.template operator()<T>(j);
+    }
+    [&]<int... O>(std::integer_sequence<int, O...>) {
+      ((*const_cast<T*>(a.ptr[souts.id[O]]) = rs[souts.id[O]]), ...);
+    }(std::make_integer_sequence<int, souts.size>{});
+  }
+
+  /// A reduction pass over the row, or a per-row scalar.
+  template <int G, int Id, bool Contig>
+  static void step(const row_addressing& a, const frame_t& f, T* rs, T* scratch, std::size_t width) {
+    constexpr auto nd = nodes[Id];
+    if constexpr (nd.desc.kind == node_kind::reduce) {
+      using Op = typename graph::template type_of<Id>::op;
+      constexpr int in = nd.inputs[0];
+      constexpr int P = plan.pass[Id];
+      auto at = [&]<class W>(std::size_t j) {
+        return evaluator<G, P, W, Contig>{a, rs, scratch, width, f.payload, j}.template get<in>();
+      };
+      std::size_t j = 0;
+      T total = Op::template identity<T>();
+      if constexpr (Contig) {
+        // Four accumulators hide the latency of the combine.
+        V acc0 = Op::template identity<V>(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+        for (; j + 4 * VS <= width; j += 4 * VS) {
+          acc0 = Op::combine(acc0, at.template operator()<V>(j));
+          acc1 = Op::combine(acc1, at.template operator()<V>(j + VS));
+          acc2 = Op::combine(acc2, at.template operator()<V>(j + 2 * VS));
+          acc3 = Op::combine(acc3, at.template operator()<V>(j + 3 * VS));
+        }
+        for (; j + VS <= width; j += VS) acc0 = Op::combine(acc0, at.template operator()<V>(j));
+        total = Op::horizontal(Op::combine(Op::combine(acc0, acc1), Op::combine(acc2, acc3)));
+      }
+      for (; j < width; ++j) total = Op::combine(total, at.template operator()<T>(j));
+      rs[Id] = Op::finalize(total, width);
+    } else {
+      rs[Id] = evaluator<G, 0, T, Contig>{a, rs, scratch, width, f.payload, 0}.template compute<Id>();
+    }
+  }
+
+  // ---- reduce over a non-last axis ----
+
+  template <int K>
+  static void run_reduce_cols(frame_t& f) {
+    constexpr plan::kernel kn = plan.kernels[K];
+    constexpr int G = kn.group, R = kn.node;
+    using Op = typename graph::template type_of<R>::op;
+    const dims space = space_of(K, f);
+    if (space.size() == 0) return;
+    static constexpr id_list ext = external_inputs(G);
+    const std::size_t axis = static_cast<std::size_t>(nodes[R].desc.axis);
+    row_addressing proto;
+    bool contig = true;
+    for (int q = 0; q < ext.size; ++q) {
+      const int id = ext.id[q];
+      proto.base[id] = f.loc[id].data;
+      space_strides(f.loc[id], space, proto.stride[id]);
+      proto.inner[id] = proto.stride[id][space.rank - 1];
+      if (proto.inner[id] > 1 || proto.inner[id] < 0) contig = false;
+    }
+    // The output, addressed in the input's space: its reduced axis has stride 0.
+    const strided<T>& out = f.loc[R];
+    proto.base[R] = out.data;
+    for (std::size_t d = 0, od = 0; d < space.rank; ++d) {
+      if (d == axis) {
+        proto.stride[R][d] = 0;
+        if (nodes[R].desc.keepdim) ++od;
+      } else {
+        proto.stride[R][d] = out.stride[od++];
+      }
+    }
+    proto.inner[R] = proto.stride[R][space.rank - 1];
+    if (proto.inner[R] != 1) contig = false;
+    constexpr auto ids = [] {
+      std::array<int, N + 1> l{};
+      for (int q = 0; q < ext.size; ++q) l[q] = ext.id[q];
+      l[ext.size] = R;
+      return l;
+    }();
+    const std::size_t rows = detail::outer_size(space), width = space.back(0);
+    const std::size_t block = std::max<std::size_t>(VS * 16, (width + f.pool->size() - 1) / f.pool->size());
+    const std::size_t blocks = (width + block - 1) / block;
+    auto task = [&](std::size_t t, unsigned) {
+      row_addressing a = proto;
+      const std::size_t c0 = t * block, c1 = std::min(width, c0 + block);
+      // Identity first, over every output row this block touches.
+      for (std::size_t r = 0; r < rows; ++r) {
+        a.at_row(space, r, ids.data(), ext.size + 1);
+        T* o = const_cast<T*>(a.ptr[R]);
+        for (std::size_t j = c0; j < c1; ++j) o[static_cast<std::ptrdiff_t>(j) * a.inner[R]] = Op::template identity<T>();
+      }
+      for (std::size_t r = 0; r < rows; ++r) {
+        a.at_row(space, r, ids.data(), ext.size + 1);
+        T* o = const_cast<T*>(a.ptr[R]);
+        auto acc = [&]<class W, bool C>(std::size_t j) {
+          const W v = evaluator<G, 0, W, C>{a, nullptr, nullptr, width, f.payload, j}.template get<nodes[R].inputs[0]>();
+          if constexpr (C) store_v(o + j, Op::combine(load_v<W>(o + j), v));
+          else o[static_cast<std::ptrdiff_t>(j) * a.inner[R]] = Op::combine(o[static_cast<std::ptrdiff_t>(j) * a.inner[R]], v);
+        };
+        std::size_t j = c0;
+        if (contig) {
+          for (; j + VS <= c1; j += VS) acc.template operator()<V, true>(j);
+          for (; j < c1; ++j) acc.template operator()<T, true>(j);
+        } else {
+          for (; j < c1; ++j) acc.template operator()<T, false>(j);
+        }
+      }
+      const std::size_t count = space.extent[axis];
+      for (std::size_t r = 0; r < rows; ++r) {
+        a.at_row(space, r, ids.data(), ext.size + 1);
+        T* o = const_cast<T*>(a.ptr[R]);
+        for (std::size_t j = c0; j < c1; ++j) {
+          T& x = o[static_cast<std::ptrdiff_t>(j) * a.inner[R]];
+          x = Op::finalize(x, count);
+        }
+      }
+    };
+    f.pool->parallel_for(blocks, task);
+  }
+
+  // ---- matmul with its epilogue ----
+
+  struct mm_sizes {
+    std::size_t batch, m, n, k;
+  };
+  static constexpr mm_sizes matmul_sizes(int, const dims& out, const dims& a) {
+    const bool batched = out.rank == 3;
+    return {batched ? out.extent[0] : 1, out.back(1), out.back(0), a.back(0)};
+  }
+
+  template <int K>
+  static void run_matmul(frame_t& f) {
+    constexpr plan::kernel kn = plan.kernels[K];
+    constexpr int M = kn.node;
+    const strided<T>& A = f.loc[nodes[M].inputs[0]];
+    const strided<T>& B = f.loc[nodes[M].inputs[1]];
+    const strided<T>& C = f.loc[M];
+    const auto sz = matmul_sizes(M, C.shape, A.shape);
+    const std::size_t ra = A.shape.rank, rb = B.shape.rank;
+    const matrix_view<T> av{A.data, A.stride[ra - 2], A.stride[ra - 1]};
+    const matrix_view<T> bv{B.data, B.stride[rb - 2], B.stride[rb - 1]};
+    const std::ptrdiff_t a_bs = ra == 3 && A.shape.extent[0] != 1 ? A.stride[0] : 0;
+    const std::ptrdiff_t b_bs = rb == 3 && B.shape.extent[0] != 1 ? B.stride[0] : 0;
+    const std::ptrdiff_t ldc = C.stride[C.shape.rank - 2];
+    const std::ptrdiff_t c_bs = C.shape.rank == 3 ? C.stride[0] : 0;
+    const std::size_t scratch = workspace_row_scratch_stride(f) * f.pool->size();
+    std::span<std::byte> ws(f.workspace + scratch, f.workspace_bytes - scratch);
+    if constexpr (kn.group < 0) {
+      gemm<T>(sz.batch, sz.m, sz.n, sz.k, av, a_bs, bv, b_bs, C.data, ldc, c_bs, no_epilogue{}, *f.pool, ws);
+    } else {
+      constexpr int G = kn.group;
+      static constexpr id_list ext = external_inputs(G);
+      constexpr int O = epilogue_output(G);
+      const dims space = C.shape;
+      row_addressing proto;
+      bool contig = true;
+      auto bind = [&](int id) {
+        proto.base[id] = f.loc[id].data;
+        space_strides(f.loc[id], space, proto.stride[id]);
+        proto.inner[id] = proto.stride[id][space.rank - 1];
+        if (proto.inner[id] > 1 || proto.inner[id] < 0) contig = false;
+      };
+      for (int q = 0; q < ext.size; ++q) bind(ext.id[q]);
+      bind(O);
+      constexpr auto ids = [] {
+        std::array<int, N + 1> l{};
+        for (int q = 0; q < ext.size; ++q) l[q] = ext.id[q];
+        l[ext.size] = O;
+        return l;
+      }();
+      auto epilogue = [&](std::size_t b, std::size_t i, std::size_t j0, std::size_t n, T*) {
+        row_addressing a = proto;  // ~N pointers: cheap next to a row run of C
+        a.at_row(space, b * sz.m + i, ids.data(), ext.size + 1);
+        auto write = [&]<class W, bool C2>(std::size_t j) {
+          const W v = evaluator<G, 0, W, C2>{a, nullptr, nullptr, sz.n, f.payload, j}.template get<O>();
+          if constexpr (C2) store_v(const_cast<T*>(a.ptr[O]) + j, v);
+          else const_cast<T*>(a.ptr[O])[static_cast<std::ptrdiff_t>(j) * a.inner[O]] = v;
+        };
+        std::size_t j = j0;
+        if (contig) {
+          for (; j + VS <= j0 + n; j += VS) write.template operator()<V, true>(j);
+          for (; j < j0 + n; ++j) write.template operator()<T, true>(j);
+        } else {
+          for (; j < j0 + n; ++j) write.template operator()<T, false>(j);
+        }
+      };
+      gemm<T>(sz.batch, sz.m, sz.n, sz.k, av, a_bs, bv, b_bs, C.data, ldc, c_bs, epilogue, *f.pool, ws);
+    }
+  }
+
+  // ---- graph breaks and copies ----
+
+  template <int K>
+  static void run_opaque(frame_t& f) {
+    constexpr int I = plan.kernels[K].node;
+    using E = typename graph::template type_of<I>;
+    using Arg = std::remove_cvref_t<decltype(std::declval<const E&>().arg)>;
+    const auto* node = static_cast<const E*>(f.payload[nodes[I].payload_slot]);
+    const strided<T>& in = f.loc[nodes[I].inputs[0]];
+    const tensor<T, shape_of_t<Arg>> view(storage_ptr{}, in.data, in.shape, in.stride);
+    typename E::result_type out = node->fn(view);
+    if (out.extents().rank != nodes[I].desc.shape.rank)
+      throw graph_break("opaque(): the function returned a tensor of a different rank than declared", node->loc);
+    f.keep[I] = out.owner();
+    f.loc[I] = out.view();
+    bind_views(f);
+  }
+
+  template <int K>
+  static void run_copy(frame_t& f) {
+    constexpr int I = plan.kernels[K].node;
+    const strided<T>& src = f.loc[I];
+    const strided<T>& dst = f.copy_to[I];
+    const std::size_t n = src.size();
+    const std::size_t r = src.shape.rank;
+    for (std::size_t e = 0; e < n; ++e) {
+      std::ptrdiff_t so = 0, d_o = 0;
+      std::size_t rest = e;
+      for (std::size_t d = r; d-- > 0;) {
+        const std::size_t c = rest % src.shape.extent[d];
+        rest /= src.shape.extent[d];
+        so += static_cast<std::ptrdiff_t>(c) * src.stride[d];
+        d_o += static_cast<std::ptrdiff_t>(c) * dst.stride[d];
+      }
+      dst.data[d_o] = src.data[so];
+    }
+  }
+};
+
+}  // namespace fusebox::cpu

@@ -1,0 +1,97 @@
+// cpu/invoke.hpp: one call of a program: binds the inputs, the payloads, the outputs, the arena and
+// the workspace into a frame, then runs the kernels. Shared by eager evaluation and compiled calls.
+// Depends on: cpu/executor.hpp, core/.
+#pragma once
+
+#include <cstddef>
+#include <cstdlib>
+#include <tuple>
+#include <utility>
+
+#include "fusebox/core/storage.hpp"
+#include "fusebox/core/tensor.hpp"
+#include "fusebox/cpu/executor.hpp"
+
+namespace fusebox::cpu {
+
+/// A growable 64-byte-aligned byte buffer: grows on the first calls, then stays (no heap after).
+class buffer {
+ public:
+  std::byte* ensure(std::size_t bytes) {
+    if (bytes > size_) {
+      owner_ = allocate_storage(bytes);
+      size_ = bytes;
+    }
+    return owner_.get();
+  }
+  std::byte* data() const noexcept { return owner_.get(); }
+  std::size_t size() const noexcept { return size_; }
+
+ private:
+  storage_ptr owner_;
+  std::size_t size_ = 0;
+};
+
+/// What a call runs with: threads, and memory that outlives the call.
+struct runtime {
+  thread_pool* pool = nullptr;
+  buffer arena;
+  buffer workspace;
+};
+
+namespace detail {
+template <class T>
+strided<T> writable(const strided<const T>& v) {
+  return strided<T>{const_cast<T*>(v.data), v.shape, v.stride};
+}
+}  // namespace detail
+
+/// Binds leaves and payloads of `roots` (a tuple of expression objects) and `args` (a tuple of
+/// tensors, by reference) into `f`, and resolves the extents of every node.
+template <class Program, class Roots, class Args>
+void bind_inputs(typename Program::frame_t& f, const Roots& roots, const Args& args) {
+  using T = typename std::remove_cvref_t<std::tuple_element_t<0, Roots>>::value_type;
+  int k = 0;
+  std::apply([&](const auto&... r) { (ir::collect_payloads(r, f.payload, k), ...); }, roots);
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (([&] {
+       constexpr auto nd = Program::nodes[I];
+       if constexpr (nd.desc.kind == node_kind::input) {
+         using std::get;  // args may be a std::tuple or another tuple-like with an ADL get
+         f.loc[I] = detail::writable<T>(get<nd.desc.input_index>(args).view());
+       } else if constexpr (nd.desc.kind == node_kind::tensor) {
+         using E = typename Program::graph::template type_of<I>;
+         f.loc[I] = detail::writable<T>(static_cast<const E*>(f.payload[nd.payload_slot])->view);
+       }
+     }()),
+     ...);
+  }(std::make_index_sequence<Program::N>{});
+  Program::resolve_shapes(f);
+}
+
+/// Binds output tensors (a tuple of references), the arena and the workspace, then runs.
+template <class Program, class Outs>
+void bind_and_run(typename Program::frame_t& f, Outs& outs, runtime& rt) {
+  using plan_kind = plan::kernel_kind;
+  [&]<std::size_t... R>(std::index_sequence<R...>) {
+    (([&] {
+       constexpr int o = Program::graph::outputs[R];
+       auto& t = std::get<R>(outs);
+       constexpr node_kind k = Program::nodes[o].desc.kind;
+       if constexpr (ir::is_leaf_kind(k) || k == node_kind::view || k == node_kind::opaque) f.copy_to[o] = t.view();
+       else f.loc[o] = t.view();
+     }()),
+     ...);
+  }(std::make_index_sequence<std::tuple_size_v<Outs>>{});
+  (void)sizeof(plan_kind);
+  f.pool = rt.pool;
+  f.arena = rt.arena.ensure(Program::arena_bytes);
+  Program::bind_intermediates(f);
+  const std::size_t ws = Program::all_static ? Program::workspace_bytes(rt.pool->size())
+                                             : Program::workspace_bytes(rt.pool->size(), f);
+  f.workspace = rt.workspace.ensure(ws);
+  f.workspace_bytes = rt.workspace.size();
+  Program::run(f);
+}
+
+}  // namespace fusebox::cpu

@@ -1,0 +1,115 @@
+// cpu/report.hpp: a program's plan in words: each kernel with its fused ops, loop, vector width,
+// threads, bytes and flops. Read by explain().
+// Depends on: cpu/executor.hpp.
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+#include "fusebox/cpu/executor.hpp"
+
+namespace fusebox::cpu {
+
+namespace detail {
+inline std::string human_bytes(double b) {
+  char buf[32];
+  if (b >= 1 << 20) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1 << 20));
+  else if (b >= 1 << 10) std::snprintf(buf, sizeof buf, "%.1f KiB", b / (1 << 10));
+  else std::snprintf(buf, sizeof buf, "%.0f B", b);
+  return buf;
+}
+inline std::string number(double v) {
+  char buf[32];
+  if (v >= 1e9) std::snprintf(buf, sizeof buf, "%.2f G", v / 1e9);
+  else if (v >= 1e6) std::snprintf(buf, sizeof buf, "%.2f M", v / 1e6);
+  else if (v >= 1e3) std::snprintf(buf, sizeof buf, "%.1f k", v / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.0f ", v);
+  return buf;
+}
+}  // namespace detail
+
+/// Kernel-by-kernel description of program P run with `threads` threads (static shapes).
+template <class P>
+std::string describe(unsigned threads) {
+  using T = typename P::value_type;
+  constexpr auto& plan = P::plan;
+  constexpr auto& nodes = P::nodes;
+  std::string s;
+  const double eb = sizeof(T);
+  for (int k = 0; k < plan.n_kernels; ++k) {
+    const auto& kn = plan.kernels[k];
+    double bytes = 0, flops = 0;
+    std::string ops;
+    auto add_member = [&](std::size_t i) {
+      if (!ops.empty()) ops += ", ";
+      ops += nodes[i].desc.name;
+      const double elems = nodes[i].desc.kind == node_kind::reduce
+                               ? static_cast<double>(nodes[nodes[i].inputs[0]].desc.shape.size())
+                               : static_cast<double>(nodes[i].desc.shape.size());
+      flops += nodes[i].desc.flops * elems;
+    };
+    auto add_reads = [&](int group) {
+      bool seen[P::N > 0 ? P::N : 1] = {};
+      for (std::size_t i = 0; i < P::N; ++i) {
+        if (plan.group[i] != group) continue;
+        for (int q = 0; q < nodes[i].n_inputs; ++q) {
+          const int in = nodes[i].inputs[q];
+          if (plan.group[in] == group || seen[in] || nodes[in].desc.kind == node_kind::scalar) continue;
+          if (nodes[in].desc.kind == node_kind::matmul && kn.kind == plan::kernel_kind::matmul) continue;
+          seen[in] = true;
+          bytes += nodes[in].desc.shape.size() * eb;
+        }
+        if (plan.materialised[i]) bytes += nodes[i].desc.shape.size() * eb;
+      }
+    };
+    std::string loop;
+    if (kn.kind == plan::kernel_kind::rows || kn.kind == plan::kernel_kind::reduce_cols) {
+      for (std::size_t i = 0; i < P::N; ++i)
+        if (plan.group[i] == kn.group) add_member(i);
+      add_reads(kn.group);
+      loop = (kn.kind == plan::kernel_kind::rows ? "rows over " : "column reduction over ") + to_string(kn.space);
+      if (kn.passes) loop += ", " + std::to_string(kn.passes) + " reduction pass(es) + output pass per row";
+      if (kn.cached) loop += ", " + std::to_string(kn.cached) + " row(s) kept in scratch";
+    } else if (kn.kind == plan::kernel_kind::matmul) {
+      const int m = kn.node;
+      const auto& a = nodes[nodes[m].inputs[0]].desc.shape;
+      const auto& o = nodes[m].desc.shape;
+      ops = "matmul";
+      flops = 2.0 * static_cast<double>(o.size()) * static_cast<double>(a.back(0));
+      bytes = (nodes[nodes[m].inputs[0]].desc.shape.size() + nodes[nodes[m].inputs[1]].desc.shape.size()) * eb;
+      if (kn.group >= 0) {
+        std::string epi;
+        for (std::size_t i = 0; i < P::N; ++i)
+          if (plan.group[i] == kn.group) {
+            if (!epi.empty()) epi += ", ";
+            epi += nodes[i].desc.name;
+            flops += nodes[i].desc.flops * static_cast<double>(nodes[i].desc.shape.size());
+          }
+        ops += " + epilogue(" + epi + ")";
+        add_reads(kn.group);
+      } else {
+        bytes += o.size() * eb;
+      }
+      loop = "gemm " + to_string(a) + " x " + to_string(nodes[nodes[m].inputs[1]].desc.shape) + " -> " + to_string(o);
+    } else if (kn.kind == plan::kernel_kind::opaque) {
+      ops = "opaque (user function: graph break)";
+      loop = "host call";
+    } else {
+      ops = "copy";
+      loop = "strided copy of " + to_string(kn.space);
+      bytes = 2 * kn.space.size() * eb;
+    }
+    char head[64];
+    std::snprintf(head, sizeof head, "  kernel %d [%s] ", k, plan::name(kn.kind));
+    s += head + ops + "\n";
+    s += "      loop: " + loop + "; vector width " + std::to_string(P::VS) + " x " + name(dtype_of<T>()) +
+         "; threads " + std::to_string(threads) + "\n";
+    s += "      moves " + detail::human_bytes(bytes) + ", " + detail::number(flops) + "flop\n";
+  }
+  s += "  arena: " + detail::human_bytes(static_cast<double>(P::arena_bytes)) + " (constexpr), workspace: " +
+       detail::human_bytes(static_cast<double>(P::workspace_bytes(threads))) + " for " + std::to_string(threads) +
+       " thread(s)\n";
+  return s;
+}
+
+}  // namespace fusebox::cpu

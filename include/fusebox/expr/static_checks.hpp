@@ -1,0 +1,58 @@
+// expr/static_checks.hpp: build errors for shapes that cannot work, worded for the user.
+//
+// A static_assert message cannot print numbers, so each check is a class template whose name and
+// arguments carry the op and both shapes: the compiler prints "In instantiation of
+// 'fusebox::static_check::cannot_broadcast<fusebox::ops::add, fusebox::shape<3, 4>,
+// fusebox::shape<5>, false>'" above the message, and "required from here" at the user's line.
+// Depends on: nothing.
+#pragma once
+
+namespace fusebox::static_check {
+
+template <class Op, class ShapeA, class ShapeB, bool Ok>
+struct cannot_broadcast {
+  static_assert(Ok,
+                "fusebox: elementwise op: the operand shapes (template arguments above: op, shape of a, "
+                "shape of b) cannot broadcast; NumPy rules: align the shapes on the right, each pair of extents "
+                "must be equal or one of them 1. Fix: reshape or transpose one operand so they line up");
+  static constexpr bool value = Ok;
+};
+
+template <class ShapeA, class ShapeB, bool Ok>
+struct matmul_inner_mismatch {
+  static_assert(Ok,
+                "fusebox: matmul(a, b): a is [.., M, K] and b is [.., K, N] (shapes above): the inner extents K "
+                "must match. Fix: if b holds [N, K] (a PyTorch Linear weight), use matmul(a, transpose(b))");
+  static constexpr bool value = Ok;
+};
+
+template <class ShapeA, class ShapeB, bool Ok>
+struct matmul_rank {
+  static_assert(Ok,
+                "fusebox: matmul(a, b): a and b need rank 2 or 3 ([M, K] or [batch, M, K]), and batch extents "
+                "that are equal or 1 (shapes above). Fix: reshape to merge leading dimensions");
+  static constexpr bool value = Ok;
+};
+
+template <class Op, class Shape, int Axis, bool Ok>
+struct bad_axis {
+  static_assert(Ok, "fusebox: reduction or softmax: the axis (above) is not a dimension of the operand shape "
+                    "(above); use -1 for the last dimension");
+  static constexpr bool value = Ok;
+};
+
+template <class A, class B, bool Ok>
+struct mixed_element_types {
+  static_assert(Ok, "fusebox: elementwise op: operands hold different element types (above: float and double); "
+                    "use tensors of one element type in a model");
+  static constexpr bool value = Ok;
+};
+
+template <class Shape, class NewShape, bool Ok>
+struct reshape_size_mismatch {
+  static_assert(Ok, "fusebox: reshape<S>(x): the new shape must hold as many elements as the old one (shapes "
+                    "above)");
+  static constexpr bool value = Ok;
+};
+
+}  // namespace fusebox::static_check

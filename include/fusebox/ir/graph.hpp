@@ -1,0 +1,149 @@
+// ir/graph.hpp: lowering an expression type to the graph IR, a constexpr array of plain nodes.
+//
+// Node ids are a post-order of the expression tree, so they are already a topological order.
+// Identical subtrees merge into one node (the same `e` used by `e / sum(e)` is computed once) when
+// they hold no run-time payload; a subtree that holds a scalar, a captured tensor or a user
+// function stays one node per occurrence, because two occurrences of one type may hold different
+// values (`x * 0.5 + x * 0.7`). `payload_slot` numbers the payload nodes in the same post-order,
+// and `collect_payloads` walks an expression object in that order at run time to find them.
+//
+// `graph<Roots...>::node_types` maps a node id back to its expression type, for the kernels.
+// Depends on: expr/node.hpp, meta/type_list.hpp.
+#pragma once
+
+#include <array>
+#include <cstddef>
+
+#include "fusebox/expr/node.hpp"
+#include "fusebox/meta/type_list.hpp"
+
+namespace fusebox::ir {
+
+inline constexpr int max_inputs = 3;
+
+struct node {
+  node_desc desc{};
+  int inputs[max_inputs] = {-1, -1, -1};
+  int n_inputs = 0;
+  int payload_slot = -1;      ///< tensor, scalar and opaque nodes: index into the call's payload table
+  const void* type = nullptr;  ///< meta::type_tag of the expression type
+  bool mergeable = false;
+};
+
+constexpr bool is_payload_kind(node_kind k) {
+  return k == node_kind::tensor || k == node_kind::scalar || k == node_kind::opaque;
+}
+constexpr bool is_leaf_kind(node_kind k) {
+  return k == node_kind::input || k == node_kind::tensor || k == node_kind::scalar;
+}
+
+namespace detail {
+
+// ---- type level: the node types in id order ----
+
+template <class E, class All, class Seen, bool Merge = !E::has_payload && meta::contains<Seen, E>::value>
+struct collect;
+
+template <class Children, class All, class Seen>
+struct collect_children;
+template <class All, class Seen>
+struct collect_children<meta::type_list<>, All, Seen> {
+  using all = All;
+  using seen = Seen;
+};
+template <class C, class... Cs, class All, class Seen>
+struct collect_children<meta::type_list<C, Cs...>, All, Seen> {
+  using first = collect<C, All, Seen>;
+  using rest = collect_children<meta::type_list<Cs...>, typename first::all, typename first::seen>;
+  using all = typename rest::all;
+  using seen = typename rest::seen;
+};
+
+template <class E, class All, class Seen>
+struct collect<E, All, Seen, true> {  // merged with an earlier identical subtree
+  using all = All;
+  using seen = Seen;
+};
+template <class E, class All, class Seen>
+struct collect<E, All, Seen, false> {
+  using kids = collect_children<typename E::children, All, Seen>;
+  using all = typename meta::push_back<typename kids::all, E>::type;
+  using seen = std::conditional_t<E::has_payload, typename kids::seen,
+                                  typename meta::push_back<typename kids::seen, E>::type>;
+};
+
+// ---- value level: the nodes ----
+
+template <std::size_t N>
+struct builder {
+  std::array<node, N> nodes{};
+  int count = 0;
+  int payloads = 0;
+  constexpr int find(const void* type) const {
+    for (int i = 0; i < count; ++i)
+      if (nodes[i].mergeable && nodes[i].type == type) return i;
+    return -1;
+  }
+};
+
+template <class E, std::size_t N>
+constexpr int lower_into(builder<N>& b) {
+  if constexpr (!E::has_payload) {
+    if (const int found = b.find(&meta::type_tag<E>); found >= 0) return found;
+  }
+  node n{};
+  n.desc = E::desc;
+  n.type = &meta::type_tag<E>;
+  n.mergeable = !E::has_payload;
+  [&]<class... C>(meta::type_list<C...>) {
+    ((n.inputs[n.n_inputs++] = lower_into<C>(b)), ...);
+  }(typename E::children{});
+  if constexpr (is_payload_kind(E::desc.kind)) n.payload_slot = b.payloads++;
+  b.nodes[b.count] = n;
+  return b.count++;
+}
+
+}  // namespace detail
+
+/// The graph of one or more root expressions (several roots: a model returning a tuple).
+template <class... Roots>
+struct graph {
+  using node_types = typename detail::collect_children<meta::type_list<Roots...>, meta::type_list<>,
+                                                       meta::type_list<>>::all;
+  static constexpr std::size_t size = node_types::size;
+
+ private:
+  struct lowered {
+    std::array<node, size> nodes;
+    std::array<int, sizeof...(Roots)> outputs;
+    int payloads;
+  };
+  static constexpr lowered lower() {
+    detail::builder<size> b;
+    std::array<int, sizeof...(Roots)> outs{};
+    int k = 0;
+    ((outs[k++] = detail::lower_into<Roots>(b)), ...);
+    return {b.nodes, outs, b.payloads};
+  }
+  static constexpr lowered result = lower();
+  static_assert(result.nodes[size - 1].type != nullptr, "fusebox internal: lowering and node_types disagree");
+
+ public:
+  static constexpr std::array<node, size> nodes = result.nodes;
+  static constexpr std::array<int, sizeof...(Roots)> outputs = result.outputs;
+  static constexpr int payloads = result.payloads;
+
+  template <int Id>
+  using type_of = meta::at_t<static_cast<std::size_t>(Id), node_types>;
+};
+
+/// Records the address of every payload node of `e`, in the order the lowering numbered them.
+template <class E>
+void collect_payloads(const E& e, const void** slots, int& k) {
+  if constexpr (E::has_payload) {
+    for_each_child(e, [&](const auto& c) { collect_payloads(c, slots, k); });
+    if constexpr (is_payload_kind(E::desc.kind)) slots[k++] = &e;
+  }
+}
+
+}  // namespace fusebox::ir

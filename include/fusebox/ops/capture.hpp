@@ -1,0 +1,122 @@
+// ops/capture.hpp: how an op call becomes a node. Every op front end goes through `make` here:
+// operands become expression leaves (tensors by view, numbers as scalars in the element type of
+// the other operands), shapes are checked (build error for static extents, shape_error naming the
+// op, both shapes and the caller's line for dyn ones), and the node is either returned (when it
+// reaches an input of a compiled call: capture) or evaluated at once (eager).
+// Depends on: expr/node.hpp, cpu/evaluate.hpp.
+#pragma once
+
+#include <source_location>
+#include <string>
+#include <type_traits>
+
+#include "fusebox/cpu/evaluate.hpp"
+#include "fusebox/expr/node.hpp"
+
+namespace fusebox {
+
+/// Anything an op accepts: an expression, a tensor, or a number.
+template <class X>
+concept operand = is_expr_v<X> || is_tensor_v<std::remove_cvref_t<X>> || std::is_arithmetic_v<std::remove_cvref_t<X>>;
+
+/// An operand that fixes the element type (not a bare number).
+template <class X>
+concept array_operand = is_expr_v<X> || is_tensor_v<std::remove_cvref_t<X>>;
+
+namespace detail {
+
+template <class X>
+struct element_of {
+  using type = void;
+};
+template <class X>
+  requires is_expr_v<X>
+struct element_of<X> {
+  using type = typename X::value_type;
+};
+template <class T, class S>
+struct element_of<tensor<T, S>> {
+  using type = T;
+};
+
+/// The element type of an op call: that of its first array operand.
+template <class... X>
+struct common_element;
+template <class X, class... Rest>
+struct common_element<X, Rest...> {
+  using type = std::conditional_t<!std::is_void_v<typename element_of<std::remove_cvref_t<X>>::type>,
+                                  typename element_of<std::remove_cvref_t<X>>::type,
+                                  typename common_element<Rest...>::type>;
+};
+template <>
+struct common_element<> {
+  using type = void;
+};
+
+/// Operand → expression leaf (or the expression itself).
+template <class T, class X>
+auto as_expr(const X& x) {
+  if constexpr (is_expr_v<X>) return x;
+  else if constexpr (is_tensor_v<X>) return tensor_leaf<T, typename X::shape_type>{{}, x.view()};
+  else return scalar_leaf<T>{{}, static_cast<T>(x)};
+}
+
+template <class E>
+dims runtime_shape(const E& e) {
+  if constexpr (E::desc.kind == node_kind::tensor) return e.view.shape;
+  else if constexpr (E::desc.kind == node_kind::input) return e.bound.shape.rank || E::desc.shape.rank == 0 ? e.bound.shape : E::desc.shape;
+  else return E::desc.shape;
+}
+
+inline std::string call_site(const std::source_location& loc) {
+  return loc.line() ? std::string() : std::string(" (an operator; call the named function for the source line)");
+}
+
+/// Eager: evaluate now. Capture: return the node.
+template <class E>
+auto finish(const E& e) {
+  if constexpr (E::symbolic) return e;
+  else return evaluate(e, eager_runtime());
+}
+
+/// Builds a pointwise node of Op over operands xs (1 to 3).
+template <class Op, class... X>
+auto make_pointwise(const std::source_location& loc, const X&... xs) {
+  using T = typename common_element<X...>::type;
+  static_assert(!std::is_void_v<T>, "fusebox: an op needs at least one tensor or expression operand");
+  using E = pointwise<Op, decltype(as_expr<T>(xs))...>;
+  using L = meta::type_list<decltype(as_expr<T>(xs))...>;
+  if constexpr (sizeof...(X) >= 2) {
+    static_assert(detail::check_pair<Op, meta::at_t<0, L>, meta::at_t<1, L>>::value);
+  }
+  if constexpr (sizeof...(X) == 3) {
+    static_assert(detail::check_pair<Op, meta::at_t<0, L>, meta::at_t<2, L>>::value);
+    static_assert(detail::check_pair<Op, meta::at_t<1, L>, meta::at_t<2, L>>::value);
+  }
+  E e{{}, {as_expr<T>(xs)...}};
+  if constexpr ((!decltype(as_expr<T>(xs))::desc.shape.is_static() || ...)) {
+    // Run-time extents: the same broadcasting rule, checked on the actual shapes.
+    dims acc{};
+    bool first = true;
+    std::apply(
+        [&](const auto&... leaf) {
+          (([&] {
+             const dims s = runtime_shape(leaf);
+             const auto r = broadcast(acc, s);
+             if (!first && !r.ok)
+               throw shape_error(std::string(Op::name) + ": shapes " + to_string(acc) + " and " + to_string(s) +
+                                     " cannot broadcast (dimension -" + std::to_string(r.bad_dim + 1) + ")" +
+                                     call_site(loc),
+                                 loc);
+             acc = r.out;
+             first = false;
+           }()),
+           ...);
+        },
+        e.args);
+  }
+  return finish(e);
+}
+
+}  // namespace detail
+}  // namespace fusebox

@@ -1,0 +1,29 @@
+// ops/matmul.hpp: matrix product. [M, K] x [K, N], batched [B, M, K] x [B or 1, K, N], either side
+// rank 2 (shared across the batch). Transposed operands are views (strides), never copies.
+// Depends on: ops/capture.hpp.
+#pragma once
+
+#include <source_location>
+
+#include "fusebox/ops/capture.hpp"
+
+namespace fusebox {
+
+template <array_operand A, array_operand B>
+auto matmul(const A& a, const B& b, std::source_location loc = std::source_location::current()) {
+  using T = typename detail::common_element<A>::type;
+  using EA = decltype(detail::as_expr<T>(a));
+  using EB = decltype(detail::as_expr<T>(b));
+  matmul_node<EA, EB> e{{}, detail::as_expr<T>(a), detail::as_expr<T>(b)};
+  if constexpr (!EA::desc.shape.is_static() || !EB::desc.shape.is_static()) {
+    const dims sa = detail::runtime_shape(e.a), sb = detail::runtime_shape(e.b);
+    const auto r = detail::matmul_shape(sa, sb);
+    if (!r.rank_ok || sa.back(0) != sb.back(1))
+      throw shape_error("matmul: a is " + to_string(sa) + ", b is " + to_string(sb) +
+                            "; need [.., M, K] x [.., K, N] with matching K and batch extents equal or 1",
+                        loc);
+  }
+  return detail::finish(e);
+}
+
+}  // namespace fusebox

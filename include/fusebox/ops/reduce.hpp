@@ -1,0 +1,100 @@
+// ops/reduce.hpp: reductions over one axis: sum, mean, max, min, with or without keepdim.
+// Each op gives its identity, combine, horizontal (over a batch's lanes) and finalize; the
+// executor accumulates rows with four accumulators, so the order is fixed by the row length alone.
+// Depends on: ops/capture.hpp, ops/math.hpp.
+#pragma once
+
+#include <limits>
+#include <source_location>
+
+#include "fusebox/ops/capture.hpp"
+#include "fusebox/ops/math.hpp"
+
+namespace fusebox {
+
+/// Axis tag: `fb::axis<-1>` is the last dimension.
+template <int A>
+struct axis_t {
+  static constexpr int value = A;
+};
+template <int A>
+inline constexpr axis_t<A> axis{};
+
+struct keepdim_t {};
+/// Keep the reduced dimension with extent 1 (so the result broadcasts against the input).
+inline constexpr keepdim_t keepdim{};
+
+namespace ops {
+/// Folds the lanes of a batch left to right (xsimd 8 has no reduce_max/reduce_min).
+template <class B, class F>
+auto lanes_fold(const B& b, F f) {
+  alignas(64) typename B::value_type lanes[B::size];
+  b.store_aligned(lanes);
+  auto r = lanes[0];
+  for (std::size_t i = 1; i < B::size; ++i) r = f(r, lanes[i]);
+  return r;
+}
+
+struct sum {
+  static constexpr const char* name = "sum";
+  static constexpr int flops = 1;
+  template <class V> static V identity() { return V(0); }
+  template <class V> static V combine(const V& a, const V& b) { return a + b; }
+  template <class B> static auto horizontal(const B& b) { return xsimd::hadd(b); }
+  template <class T> static T finalize(T acc, std::size_t) { return acc; }
+};
+struct mean : sum {
+  static constexpr const char* name = "mean";
+  template <class T> static T finalize(T acc, std::size_t n) { return acc / static_cast<T>(n); }
+};
+struct max {
+  static constexpr const char* name = "max";
+  static constexpr int flops = 1;
+  template <class V> static V identity() { return V(-std::numeric_limits<typename cpu::element_type<V>::type>::infinity()); }
+  template <class V> static V combine(const V& a, const V& b) { return math::maximum(a, b); }
+  template <class B> static auto horizontal(const B& b) { return lanes_fold(b, [](auto x, auto y) { return y > x ? y : x; }); }
+  template <class T> static T finalize(T acc, std::size_t) { return acc; }
+};
+struct min {
+  static constexpr const char* name = "min";
+  static constexpr int flops = 1;
+  template <class V> static V identity() { return V(std::numeric_limits<typename cpu::element_type<V>::type>::infinity()); }
+  template <class V> static V combine(const V& a, const V& b) { return math::minimum(a, b); }
+  template <class B> static auto horizontal(const B& b) { return lanes_fold(b, [](auto x, auto y) { return y < x ? y : x; }); }
+  template <class T> static T finalize(T acc, std::size_t) { return acc; }
+};
+}  // namespace ops
+
+namespace detail {
+template <class Op, int A, bool Keep, class X>
+auto make_reduce(const X& x, const std::source_location& loc) {
+  using T = typename common_element<X>::type;
+  using Arg = decltype(as_expr<T>(x));
+  constexpr std::size_t rank = Arg::desc.shape.rank;
+  constexpr int axis_n = A < 0 ? static_cast<int>(rank) + A : A;
+  static_assert(static_check::bad_axis<Op, shape_of_t<Arg>, A, (axis_n >= 0 && axis_n < static_cast<int>(rank))>::value);
+  if constexpr (axis_n >= 0 && axis_n < static_cast<int>(rank)) {
+    const Arg arg = as_expr<T>(x);
+    if (runtime_shape(arg).size() == 0 && runtime_shape(arg).is_static())
+      throw shape_error(std::string(Op::name) + ": cannot reduce an empty tensor " + to_string(runtime_shape(arg)), loc);
+    return finish(reduction<Op, axis_n, Keep, Arg>{{}, arg});
+  }
+}
+}  // namespace detail
+
+#define FUSEBOX_REDUCE_FN(fn)                                                                           \
+  template <array_operand X, int A = -1>                                                                \
+  auto fn(const X& x, axis_t<A> = {}, std::source_location loc = std::source_location::current()) {     \
+    return detail::make_reduce<ops::fn, A, false>(x, loc);                                              \
+  }                                                                                                     \
+  template <array_operand X, int A>                                                                     \
+  auto fn(const X& x, axis_t<A>, keepdim_t, std::source_location loc = std::source_location::current()) { \
+    return detail::make_reduce<ops::fn, A, true>(x, loc);                                               \
+  }
+FUSEBOX_REDUCE_FN(sum)
+FUSEBOX_REDUCE_FN(mean)
+FUSEBOX_REDUCE_FN(max)
+FUSEBOX_REDUCE_FN(min)
+#undef FUSEBOX_REDUCE_FN
+
+}  // namespace fusebox

@@ -1,0 +1,24 @@
+// options.hpp: what compile() is told, mirroring torch.compile's arguments.
+// A structural type, so it can also be a template argument: compile<options{.fullgraph = true}>(m)
+// makes graph breaks build errors, which a run-time options value cannot.
+// Depends on: nothing.
+#pragma once
+
+namespace fusebox {
+
+enum class mode { default_, reduce_overhead, max_autotune };
+enum class dynamic { automatic, always, never };
+enum class backend { cpu, cuda };
+
+struct options {
+  fusebox::mode mode = fusebox::mode::default_;
+  bool fullgraph = false;          ///< a graph break is an error (build error when given as a template argument)
+  fusebox::dynamic dynamic = fusebox::dynamic::automatic;
+  fusebox::backend backend = fusebox::backend::cpu;
+  int recompile_limit = 8;
+  bool error_on_recompile = false;
+  bool fast_math = false;
+  unsigned threads = 0;  ///< 0: fusebox::default_threads()
+};
+
+}  // namespace fusebox

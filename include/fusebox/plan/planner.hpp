@@ -1,0 +1,404 @@
+// plan/planner.hpp: the one planner. Decides fusion groups, the kernel order, what each kernel keeps
+// in a per-row scratch, and the arena offsets of every intermediate buffer.
+//
+// It is ordinary constexpr code over an array of IR nodes: for static shapes it runs while the
+// model's translation unit is compiled (one constexpr object per expression type); for dynamic
+// shapes the same functions run at run time. There is no second scheduler.
+//
+// Passes, in order (make_plan):
+//   1. group      union-find over pointwise and reduce nodes along producer→consumer edges, when
+//                 the merged group keeps one index space and stays convex (no path leaves the
+//                 group and comes back: that would be a cycle between kernels). Rules:
+//                   pointwise → pointwise          same shape
+//                   pointwise → reduce             the reduce's input (producer fusion)
+//                   reduce(last axis, keepdim) → pointwise of the reduce's input shape, or of its
+//                                                  per-row shape (consumer fusion: softmax, layer_norm)
+//                   pointwise → reduce(other axis) producer fusion only
+//                 A group with a last-axis reduce is a row group: each row is reduced in passes
+//                 while it stays in cache.
+//   2. epilogue   a pure pointwise group with one output, over exactly the shape of a matmul whose
+//                 only consumers are in that group, becomes the matmul's epilogue.
+//   3. materialise a node gets memory when it is an output or read by another kernel.
+//   4. order      kernels in dependency order (Kahn's algorithm, smallest node id first).
+//   5. row cache  inside a row group, a costly node needed by two or more passes is stored in a
+//                 per-thread row scratch the first time and read back later.
+//   6. arena      liveness over the kernel order; first-fit offsets; the arena size is the result.
+// Depends on: ir/graph.hpp.
+#pragma once
+
+#include <array>
+#include <cstddef>
+
+#include "fusebox/ir/graph.hpp"
+
+namespace fusebox::plan {
+
+enum class kernel_kind : std::uint8_t { rows, reduce_cols, matmul, opaque, copy };
+
+constexpr const char* name(kernel_kind k) {
+  constexpr const char* names[] = {"rows", "reduce_cols", "matmul", "opaque", "copy"};
+  return names[static_cast<int>(k)];
+}
+
+inline constexpr std::size_t no_offset = static_cast<std::size_t>(-1);
+
+struct kernel {
+  kernel_kind kind = kernel_kind::rows;
+  int group = -1;     ///< rows / reduce_cols: the group; matmul: the epilogue group or -1
+  int node = -1;      ///< matmul, reduce_cols, opaque, copy: the node it computes
+  dims space{};       ///< the index space its loops run over
+  int passes = 0;     ///< rows: number of reduction passes before the output pass
+  int cached = 0;     ///< rows: nodes kept in the row scratch
+};
+
+template <std::size_t N>
+struct plan_t {
+  std::array<int, N> group{};          ///< -1 for nodes outside any group
+  std::array<bool, N> materialised{};  ///< has memory (leaf, buffer, output, view of such)
+  std::array<bool, N> is_output{};
+  std::array<bool, N> row_constant{};  ///< member of a row group with per-row shape
+  std::array<int, N> pass{};           ///< reduce members: their pass; cached nodes: first pass
+  std::array<int, N> cache_slot{};     ///< -1 unless kept in the row scratch
+  std::array<int, N> kernel_of{};      ///< the kernel that computes the node, or -1
+  std::array<std::size_t, N> offset{};  ///< arena offset in bytes, or no_offset
+  std::array<kernel, N + 1> kernels{};
+  int n_kernels = 0;
+  std::size_t arena_bytes = 0;
+  std::size_t row_scratch_elems = 0;  ///< per thread: the largest (cached rows x row length)
+};
+
+namespace detail {
+
+constexpr dims row_constant_shape(dims s) {
+  if (s.rank > 0) s.extent[s.rank - 1] = 1;
+  return s;
+}
+
+constexpr bool is_last_axis_reduce(const ir::node& n) {
+  return n.desc.kind == node_kind::reduce &&
+         static_cast<std::size_t>(n.desc.axis) + 1 == n.desc.shape.rank + (n.desc.keepdim ? 0 : 1);
+}
+
+template <std::size_t N>
+struct grouping {
+  const std::array<ir::node, N>& nodes;
+  std::array<int, N> parent{};
+  // per group root:
+  std::array<int, N> kind{};  // 0 pure pointwise, 1 row group, 2 column-reduce group
+  std::array<dims, N> space{};
+  std::array<std::array<bool, N>, N> consumers_of{};  // consumers_of[p][c]
+
+  constexpr int find(int x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  }
+  constexpr const dims& input_shape(int reduce_id) const { return nodes[nodes[reduce_id].inputs[0]].desc.shape; }
+
+  constexpr bool groupable(int i) const {
+    return nodes[i].desc.kind == node_kind::pointwise || nodes[i].desc.kind == node_kind::reduce;
+  }
+
+  // Is the union of the groups of a and b convex: no node outside reachable from it that also reaches it?
+  constexpr bool convex_union(int ga, int gb) {
+    std::array<bool, N> in{}, from{}, to{};
+    for (int i = 0; i < static_cast<int>(N); ++i) in[i] = groupable(i) && (find(i) == ga || find(i) == gb);
+    // Forward reach from the group, in topological (id) order.
+    for (int i = 0; i < static_cast<int>(N); ++i)
+      for (int k = 0; k < nodes[i].n_inputs; ++k) {
+        const int p = nodes[i].inputs[k];
+        if (in[p] || from[p]) from[i] = true;
+      }
+    // Backward reach to the group, in reverse order.
+    for (int c = static_cast<int>(N) - 1; c >= 0; --c)
+      if (in[c] || to[c])
+        for (int k = 0; k < nodes[c].n_inputs; ++k) to[nodes[c].inputs[k]] = true;
+    for (int i = 0; i < static_cast<int>(N); ++i)
+      if (!in[i] && from[i] && to[i]) return false;
+    return true;
+  }
+
+  constexpr void try_merge(int p, int c) {
+    const ir::node& np = nodes[p];
+    const ir::node& nc = nodes[c];
+    const int gp = find(p), gc = find(c);
+    if (gp == gc) return;
+    // Edge rules.
+    if (np.desc.kind == node_kind::reduce) {
+      if (nc.desc.kind != node_kind::pointwise || !is_last_axis_reduce(np) || !np.desc.keepdim) return;
+      const dims s = input_shape(p);
+      if (!(nc.desc.shape == s || nc.desc.shape == row_constant_shape(s))) return;
+    } else if (nc.desc.kind == node_kind::pointwise) {
+      if (!(np.desc.shape == nc.desc.shape) && kind[gp] != 1) return;
+    }
+    // Group rules.
+    const int kp = kind[gp], kc = kind[gc];
+    if (kp == 2) return;  // a column reduction never takes consumers
+    int kind_out = 0;
+    dims space_out{};
+    if (kc == 2) {
+      if (kp != 0 || !(space[gp] == space[gc])) return;
+      kind_out = 2;
+      space_out = space[gc];
+    } else if (kp == 1 && kc == 1) {
+      if (!(space[gp] == space[gc])) return;
+      kind_out = 1;
+      space_out = space[gp];
+    } else if (kp == 1 || kc == 1) {
+      const dims s = kp == 1 ? space[gp] : space[gc];
+      const dims t = kp == 1 ? space[gc] : space[gp];
+      if (!(t == s || t == row_constant_shape(s))) return;
+      kind_out = 1;
+      space_out = s;
+    } else {
+      if (!(space[gp] == space[gc])) return;
+      space_out = space[gp];
+    }
+    if (!convex_union(gp, gc)) return;
+    parent[gp] = gc;
+    kind[gc] = kind_out;
+    space[gc] = space_out;
+  }
+};
+
+}  // namespace detail
+
+/// The whole planner: nodes in, plan out. `outputs` are the model's results; `elem_bytes` the size of
+/// one element.
+template <std::size_t N, std::size_t R>
+constexpr plan_t<N> make_plan(const std::array<ir::node, N>& nodes, const std::array<int, R>& outputs,
+                              std::size_t elem_bytes) {
+  plan_t<N> p{};
+  constexpr int n = static_cast<int>(N);
+
+  // ---- 1. group ----
+  detail::grouping<N> g{nodes};
+  for (int i = 0; i < n; ++i) {
+    g.parent[i] = i;
+    const ir::node& nd = nodes[i];
+    if (nd.desc.kind == node_kind::reduce) {
+      g.kind[i] = detail::is_last_axis_reduce(nd) ? 1 : 2;
+      g.space[i] = nodes[nd.inputs[0]].desc.shape;
+    } else {
+      g.kind[i] = 0;
+      g.space[i] = nd.desc.shape;
+    }
+    for (int k = 0; k < nd.n_inputs; ++k) g.consumers_of[nd.inputs[k]][i] = true;
+  }
+  for (int o : outputs) p.is_output[o] = true;
+  for (int c = 0; c < n; ++c) {
+    if (!g.groupable(c)) continue;
+    for (int k = 0; k < nodes[c].n_inputs; ++k) {
+      const int pr = nodes[c].inputs[k];
+      if (g.groupable(pr)) g.try_merge(pr, c);
+    }
+  }
+  for (int i = 0; i < n; ++i) p.group[i] = g.groupable(i) ? g.find(i) : -1;
+
+  // ---- 3. materialise (before the epilogue test, which needs to know who reads what) ----
+  for (int i = 0; i < n; ++i) {
+    const node_kind k = nodes[i].desc.kind;
+    bool m = p.is_output[i] || ir::is_leaf_kind(k) || k == node_kind::matmul || k == node_kind::view ||
+             k == node_kind::opaque;
+    for (int c = 0; c < n && !m; ++c)
+      if (g.consumers_of[i][c] && (p.group[c] < 0 || p.group[c] != p.group[i])) m = true;
+    p.materialised[i] = m;
+    p.cache_slot[i] = -1;
+    p.kernel_of[i] = -1;
+    p.offset[i] = no_offset;
+  }
+  // A view reads its input's memory.
+  for (int i = 0; i < n; ++i)
+    if (nodes[i].desc.kind == node_kind::view) p.materialised[nodes[i].inputs[0]] = true;
+  // Matmul and opaque operands must be in memory.
+  for (int i = 0; i < n; ++i)
+    if (nodes[i].desc.kind == node_kind::matmul || nodes[i].desc.kind == node_kind::opaque)
+      for (int k = 0; k < nodes[i].n_inputs; ++k) p.materialised[nodes[i].inputs[k]] = true;
+
+  for (int i = 0; i < n; ++i)
+    if (p.group[i] >= 0 && g.kind[p.group[i]] == 1)
+      p.row_constant[i] = nodes[i].desc.kind == node_kind::pointwise &&
+                          nodes[i].desc.shape == detail::row_constant_shape(g.space[p.group[i]]) &&
+                          !(g.space[p.group[i]] == nodes[i].desc.shape);
+
+  // ---- 2. epilogues: group id -> matmul node ----
+  std::array<int, N> epilogue_of_group{};
+  std::array<int, N> epilogue_for_matmul{};
+  for (int i = 0; i < n; ++i) epilogue_of_group[i] = epilogue_for_matmul[i] = -1;
+  for (int m = 0; m < n; ++m) {
+    if (nodes[m].desc.kind != node_kind::matmul || p.is_output[m]) continue;
+    int grp = -2;
+    for (int c = 0; c < n; ++c) {
+      if (!g.consumers_of[m][c]) continue;
+      const int gc = p.group[c];
+      if (gc < 0 || (grp != -2 && grp != gc)) grp = -1;
+      else if (grp == -2) grp = gc;
+    }
+    if (grp < 0 || g.kind[grp] != 0 || !(g.space[grp] == nodes[m].desc.shape) || epilogue_of_group[grp] >= 0) continue;
+    int outs = 0;
+    for (int i = 0; i < n; ++i) outs += p.group[i] == grp && p.materialised[i];
+    if (outs != 1) continue;
+    epilogue_of_group[grp] = m;
+    epilogue_for_matmul[m] = grp;
+  }
+
+  // ---- 4. kernels in dependency order ----
+  // A unit of work is a group root (rows / reduce_cols / epilogue-fused matmul) or a lone node.
+  std::array<int, N> unit{};  // unit id per node: group root, matmul id for epilogue groups, or itself
+  for (int i = 0; i < n; ++i) {
+    unit[i] = -1;
+    const node_kind k = nodes[i].desc.kind;
+    if (p.group[i] >= 0) unit[i] = epilogue_of_group[p.group[i]] >= 0 ? epilogue_of_group[p.group[i]] : p.group[i];
+    else if (k == node_kind::matmul || k == node_kind::opaque) unit[i] = i;
+  }
+  // Views and leaves need no kernel; a view's readers depend on what the view looks at.
+  auto source = [&](int i) {
+    while (nodes[i].desc.kind == node_kind::view) i = nodes[i].inputs[0];
+    return i;
+  };
+  std::array<bool, N> scheduled{};
+  std::array<bool, N> is_unit{};
+  for (int i = 0; i < n; ++i)
+    if (unit[i] >= 0) is_unit[unit[i]] = true;
+  while (true) {
+    int pick = -1;
+    for (int u = 0; u < n && pick < 0; ++u) {
+      if (!is_unit[u] || scheduled[u]) continue;
+      bool ready = true;
+      for (int i = 0; i < n && ready; ++i) {
+        if (unit[i] != u) continue;
+        for (int k = 0; k < nodes[i].n_inputs && ready; ++k) {
+          const int src = source(nodes[i].inputs[k]);
+          if (unit[src] >= 0 && unit[src] != u && !scheduled[unit[src]]) ready = false;
+        }
+      }
+      if (ready) pick = u;
+    }
+    if (pick < 0) break;
+    scheduled[pick] = true;
+    kernel k{};
+    const node_kind nk = nodes[pick].desc.kind;
+    if (nk == node_kind::matmul) {
+      k.kind = kernel_kind::matmul;
+      k.node = pick;
+      k.group = epilogue_for_matmul[pick];
+      k.space = nodes[pick].desc.shape;
+    } else if (nk == node_kind::opaque) {
+      k.kind = kernel_kind::opaque;
+      k.node = pick;
+      k.space = nodes[pick].desc.shape;
+    } else if (g.kind[pick] == 2) {
+      k.kind = kernel_kind::reduce_cols;
+      k.group = pick;
+      for (int i = 0; i < n; ++i)
+        if (p.group[i] == pick && nodes[i].desc.kind == node_kind::reduce) k.node = i;
+      k.space = g.space[pick];
+    } else {
+      k.kind = kernel_kind::rows;
+      k.group = pick;
+      k.space = g.space[pick];
+    }
+    for (int i = 0; i < n; ++i)
+      if (unit[i] == pick) p.kernel_of[i] = p.n_kernels;
+    p.kernels[p.n_kernels++] = k;
+  }
+  // Outputs that no kernel writes (a leaf, a view, an opaque result) are copied.
+  for (int o : outputs) {
+    const node_kind k = nodes[o].desc.kind;
+    if (ir::is_leaf_kind(k) || k == node_kind::view || k == node_kind::opaque) {
+      kernel c{};
+      c.kind = kernel_kind::copy;
+      c.node = o;
+      c.space = nodes[o].desc.shape;
+      p.kernels[p.n_kernels++] = c;
+    }
+  }
+
+  // ---- 5. passes and the row cache ----
+  for (int ki = 0; ki < p.n_kernels; ++ki) {
+    kernel& k = p.kernels[ki];
+    if (k.kind != kernel_kind::rows) continue;
+    int passes = 0;
+    for (int i = 0; i < n; ++i)
+      if (p.group[i] == k.group && nodes[i].desc.kind == node_kind::reduce) p.pass[i] = passes++;
+    k.passes = passes;
+    if (passes == 0) continue;
+    // uses[i]: bit set of passes that need node i computed inline.
+    std::array<unsigned, N> uses{};
+    std::array<int, N> cost{};
+    for (int i = 0; i < n; ++i) {
+      if (p.group[i] != k.group || nodes[i].desc.kind != node_kind::pointwise || p.row_constant[i]) continue;
+      cost[i] = nodes[i].desc.flops;
+      for (int q = 0; q < nodes[i].n_inputs; ++q) {
+        const int in = nodes[i].inputs[q];
+        if (p.group[in] == k.group && !p.materialised[in]) cost[i] += cost[in];
+      }
+    }
+    for (int i = n - 1; i >= 0; --i) {
+      if (p.group[i] != k.group || nodes[i].desc.kind != node_kind::pointwise || p.row_constant[i]) continue;
+      unsigned u = p.materialised[i] ? (1u << passes) : 0u;
+      for (int c = 0; c < n; ++c) {
+        if (!g.consumers_of[i][c] || p.group[c] != k.group) continue;
+        if (nodes[c].desc.kind == node_kind::reduce) u |= 1u << p.pass[c];
+        else if (p.cache_slot[c] >= 0) u |= 1u << p.pass[c];
+        else u |= uses[c];
+      }
+      uses[i] = u;
+      int first = 0;
+      while (!(u >> first & 1u) && first < passes) ++first;
+      p.pass[i] = first;
+      const bool several = (u & (u - 1)) != 0;
+      if (several && cost[i] >= 8 && !p.materialised[i]) p.cache_slot[i] = k.cached++;
+    }
+    const std::size_t elems = static_cast<std::size_t>(k.cached) * k.space.back(0);
+    if (elems > p.row_scratch_elems) p.row_scratch_elems = elems;
+  }
+
+  // ---- 6. arena ----
+  // Buffers: materialised nodes computed by a kernel that are not outputs (outputs live in the
+  // caller's tensors) and not matmuls fused into an epilogue (they write into the epilogue's buffer).
+  std::array<int, N> last_use{};
+  for (int i = 0; i < n; ++i) last_use[i] = -1;
+  for (int i = 0; i < n; ++i) {
+    const int ki = p.kernel_of[i] >= 0 ? p.kernel_of[i] : -1;
+    if (ki < 0) continue;
+    for (int q = 0; q < nodes[i].n_inputs; ++q) {
+      const int src = source(nodes[i].inputs[q]);
+      if (ki > last_use[src]) last_use[src] = ki;
+    }
+  }
+  struct block {
+    std::size_t begin, end;
+    int free_after;
+  };
+  std::array<block, N> live{};
+  int n_live = 0;
+  for (int ki = 0; ki < p.n_kernels; ++ki) {
+    // Free what no kernel from here on reads.
+    for (int b = 0; b < n_live;)
+      if (live[b].free_after < ki) live[b] = live[--n_live];
+      else ++b;
+    for (int i = 0; i < n; ++i) {
+      if (p.kernel_of[i] != ki || !p.materialised[i] || p.is_output[i]) continue;
+      const node_kind kind = nodes[i].desc.kind;
+      if (kind == node_kind::opaque || kind == node_kind::view || ir::is_leaf_kind(kind)) continue;
+      if (kind == node_kind::matmul && epilogue_for_matmul[i] >= 0) continue;
+      const std::size_t bytes = (nodes[i].desc.shape.size() * elem_bytes + 63) / 64 * 64;
+      // First fit: the lowest offset whose range overlaps no live block.
+      std::size_t at = 0;
+      for (bool moved = true; moved;) {
+        moved = false;
+        for (int b = 0; b < n_live; ++b)
+          if (at < live[b].end && live[b].begin < at + bytes) {
+            at = live[b].end;
+            moved = true;
+          }
+      }
+      p.offset[i] = at;
+      live[n_live++] = block{at, at + bytes, last_use[i] < ki ? ki : last_use[i]};
+      if (at + bytes > p.arena_bytes) p.arena_bytes = at + bytes;
+    }
+  }
+  return p;
+}
+
+}  // namespace fusebox::plan
