@@ -11,5 +11,7 @@
 #include "fusebox/ops/matmul.hpp"
 #include "fusebox/ops/reduce.hpp"
 #include "fusebox/graph_break.hpp"
+#include "fusebox/ab.hpp"
 #include "fusebox/compile.hpp"
+#include "fusebox/explain.hpp"
 #include "fusebox/version.hpp"
