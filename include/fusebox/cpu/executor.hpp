@@ -317,7 +317,10 @@ struct program {
         }
       } else if constexpr (Contig) {
         const T* p = a.ptr[Id];
+        // Broadcast along the row is known from the static shape; a static extent above 1 means
+        // the inner stride is 1 here (the caller checked), so the load needs no branch.
         if constexpr (nd.desc.shape.back(0) == 1) return W(*p);
+        else if constexpr (nd.desc.shape.back(0) != dyn) return load_v<W>(p + j);
         else return a.inner[Id] == 0 ? W(*p) : load_v<W>(p + j);
       } else {
         return load_strided_v<W>(a.ptr[Id] + static_cast<std::ptrdiff_t>(j) * a.inner[Id], a.inner[Id]);

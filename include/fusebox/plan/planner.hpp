@@ -349,6 +349,20 @@ constexpr plan_t<N> make_plan(const std::array<ir::node, N>& nodes, const std::a
       const bool several = (u & (u - 1)) != 0;
       if (several && cost[i] >= 8 && !p.materialised[i]) p.cache_slot[i] = k.cached++;
     }
+    // Second look, in topological order: with the decisions above, a cached node whose own work is
+    // cheap once its inputs come from scratch (e.g. `e / s` over a cached `e`) is cheaper to
+    // recompute than to store and reload. Uncaching never moves a node's first pass later, so
+    // every scratch read still follows its write.
+    k.cached = 0;
+    for (int i = 0; i < n; ++i) {
+      if (p.group[i] != k.group || nodes[i].desc.kind != node_kind::pointwise || p.row_constant[i]) continue;
+      cost[i] = nodes[i].desc.flops;
+      for (int q = 0; q < nodes[i].n_inputs; ++q) {
+        const int in = nodes[i].inputs[q];
+        if (p.group[in] == k.group && !p.materialised[in] && p.cache_slot[in] < 0) cost[i] += cost[in];
+      }
+      if (p.cache_slot[i] >= 0) p.cache_slot[i] = cost[i] >= 8 ? k.cached++ : -1;
+    }
     const std::size_t elems = static_cast<std::size_t>(k.cached) * k.space.back(0);
     if (elems > p.row_scratch_elems) p.row_scratch_elems = elems;
   }
