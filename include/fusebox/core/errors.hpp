@@ -22,7 +22,7 @@ struct error : std::runtime_error {
 /// Shapes that do not fit an op, found at run time (static shapes fail the build instead).
 struct shape_error : error {
   shape_error(const std::string& what, const std::source_location& loc)
-      : error(what + " (at " + where(loc) + ")") {}
+      : error(loc.line() ? what + " (at " + where(loc) + ")" : what) {}
 };
 
 /// A graph break under `fullgraph`, or a break that cannot be honoured.

@@ -266,6 +266,21 @@ struct program {
     }
   }
 
+  /// Strides of a reduction's output in its input's index space: the reduced axis gets stride 0,
+  /// and without keepdim the output's dimensions line up from the left, skipping that axis.
+  static void reduced_space_strides(const strided<T>& out, const dims& space, std::size_t axis, bool keepdim,
+                                    std::ptrdiff_t* res) {
+    for (std::size_t d = 0, od = 0; d < space.rank; ++d) {
+      if (d == axis) {
+        res[d] = 0;
+        if (keepdim) ++od;
+      } else {
+        res[d] = out.shape.extent[od] == 1 ? 0 : out.stride[od];
+        ++od;
+      }
+    }
+  }
+
   struct row_addressing {
     const T* base[N]{};
     std::ptrdiff_t stride[N][max_rank]{};
@@ -361,7 +376,16 @@ struct program {
     };
     for (int q = 0; q < ext.size; ++q) bind(ext.id[q], false);
     for (int q = 0; q < outs.size; ++q) bind(outs.id[q], true);
-    for (int q = 0; q < souts.size; ++q) bind(souts.id[q], false);
+    for (int q = 0; q < souts.size; ++q) {
+      const int id = souts.id[q];
+      if (nodes[id].desc.kind == node_kind::reduce) {
+        proto.base[id] = f.loc[id].data;
+        reduced_space_strides(f.loc[id], space, space.rank - 1, nodes[id].desc.keepdim, proto.stride[id]);
+        proto.inner[id] = 0;
+      } else {
+        bind(id, false);
+      }
+    }
     constexpr auto all_ids = [] {
       std::array<int, N> ids{};
       int c = 0;
@@ -491,14 +515,7 @@ struct program {
     // The output, addressed in the input's space: its reduced axis has stride 0.
     const strided<T>& out = f.loc[R];
     proto.base[R] = out.data;
-    for (std::size_t d = 0, od = 0; d < space.rank; ++d) {
-      if (d == axis) {
-        proto.stride[R][d] = 0;
-        if (nodes[R].desc.keepdim) ++od;
-      } else {
-        proto.stride[R][d] = out.stride[od++];
-      }
-    }
+    reduced_space_strides(out, space, axis, nodes[R].desc.keepdim, proto.stride[R]);
     proto.inner[R] = proto.stride[R][space.rank - 1];
     if (proto.inner[R] != 1) contig = false;
     constexpr auto ids = [] {
