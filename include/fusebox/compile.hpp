@@ -104,7 +104,7 @@ class compiled {
     const auto targs = std::tie(args...);
     cpu::bind_inputs<Prog>(f, roots, targs);
     auto outs = std::tie(out);
-    check_output(out, f.loc[Prog::graph::outputs[0]].shape);
+    check_output(out, Prog::all_static ? Prog::nodes[Prog::graph::outputs[0]].desc.shape : output_shape<Prog>(f, 0));
     cpu::bind_and_run<Prog>(f, outs, *rt_);
   }
 
@@ -143,11 +143,8 @@ class compiled {
 
   template <class... Args>
   auto capture(std::vector<detail::break_record>* breaks, const Args&... args) {
-    auto ctx = std::make_unique<detail::capture_context>();
-    ctx->fullgraph = opts_.fullgraph;
-    ctx->breaks = breaks;
-    ctx->rt = rt_.get();
-    detail::capture_scope scope(ctx.get());
+    detail::capture_context ctx{opts_.fullgraph, breaks, rt_.get()};
+    detail::capture_scope scope(&ctx);
     auto roots = [&]<std::size_t... I>(std::index_sequence<I...>) {
       return detail::as_roots(model_(detail::symbolic_arg<I, Static.fullgraph>(args)...));
     }(std::index_sequence_for<Args...>{});
