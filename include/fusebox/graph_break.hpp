@@ -5,7 +5,7 @@
 //                  produces x is compiled and run as its own segment on the spot, and capture goes on.
 // Under fullgraph both are errors: a build error when fullgraph is a template argument of compile,
 // a fusebox::graph_break exception naming the line otherwise.
-// Depends on: ops/capture.hpp.
+// Depends on: ops/capture.hpp, cpu/report.hpp.
 #pragma once
 
 #include <source_location>

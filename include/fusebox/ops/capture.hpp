@@ -3,7 +3,9 @@
 // the other operands), shapes are checked (build error for static extents, shape_error naming the
 // op, both shapes and the caller's line for dyn ones), and the node is either returned (when it
 // reaches an input of a compiled call: capture) or evaluated at once (eager).
-// Depends on: expr/node.hpp, cpu/evaluate.hpp.
+// The op headers see only the declarations in ops/operand.hpp, so that generated kernels can
+// include an op family for its math without this machinery.
+// Depends on: expr/node.hpp, ops/operand.hpp, cpu/evaluate.hpp.
 #pragma once
 
 #include <source_location>
@@ -12,46 +14,10 @@
 
 #include "fusebox/cpu/evaluate.hpp"
 #include "fusebox/expr/node.hpp"
+#include "fusebox/ops/operand.hpp"
 
 namespace fusebox {
-
-/// Anything an op accepts: an expression, a tensor, or a number.
-template <class X>
-concept operand = is_expr_v<X> || is_tensor_v<std::remove_cvref_t<X>> || std::is_arithmetic_v<std::remove_cvref_t<X>>;
-
-/// An operand that fixes the element type (not a bare number).
-template <class X>
-concept array_operand = is_expr_v<X> || is_tensor_v<std::remove_cvref_t<X>>;
-
 namespace detail {
-
-template <class X>
-struct element_of {
-  using type = void;
-};
-template <class X>
-  requires is_expr_v<X>
-struct element_of<X> {
-  using type = typename X::value_type;
-};
-template <class T, class S>
-struct element_of<tensor<T, S>> {
-  using type = T;
-};
-
-/// The element type of an op call: that of its first array operand.
-template <class... X>
-struct common_element;
-template <class X, class... Rest>
-struct common_element<X, Rest...> {
-  using type = std::conditional_t<!std::is_void_v<typename element_of<std::remove_cvref_t<X>>::type>,
-                                  typename element_of<std::remove_cvref_t<X>>::type,
-                                  typename common_element<Rest...>::type>;
-};
-template <>
-struct common_element<> {
-  using type = void;
-};
 
 /// Operand → expression leaf (or the expression itself).
 template <class T, class X>

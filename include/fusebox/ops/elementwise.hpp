@@ -3,13 +3,13 @@
 // works on float, double and xsimd batches. Front ends follow; operators are thin aliases.
 //
 // Comparisons give 1 or 0 in the operand type; `where(c, a, b)` picks a where c is non-zero.
-// Depends on: ops/capture.hpp, ops/math.hpp, cpu/vmath.hpp.
+// Depends on: ops/operand.hpp, ops/math.hpp, cpu/vmath.hpp.
 #pragma once
 
 #include <source_location>
 
 #include "fusebox/cpu/vmath.hpp"
-#include "fusebox/ops/capture.hpp"
+#include "fusebox/ops/operand.hpp"
 #include "fusebox/ops/math.hpp"
 
 namespace fusebox {

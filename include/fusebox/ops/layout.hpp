@@ -1,12 +1,12 @@
 // ops/layout.hpp: views: transpose and reshape. On a tensor they return a tensor view at once; in a
 // captured model they are view nodes, which move no data (the planner makes sure their input is
 // in memory, and the consumers read it through the new strides).
-// Depends on: ops/capture.hpp.
+// Depends on: ops/operand.hpp.
 #pragma once
 
 #include <source_location>
 
-#include "fusebox/ops/capture.hpp"
+#include "fusebox/ops/operand.hpp"
 
 namespace fusebox {
 namespace ops {

@@ -1,11 +1,11 @@
 // ops/matmul.hpp: matrix product. [M, K] x [K, N], batched [B, M, K] x [B or 1, K, N], either side
 // rank 2 (shared across the batch). Transposed operands are views (strides), never copies.
-// Depends on: ops/capture.hpp.
+// Depends on: ops/operand.hpp.
 #pragma once
 
 #include <source_location>
 
-#include "fusebox/ops/capture.hpp"
+#include "fusebox/ops/operand.hpp"
 
 namespace fusebox {
 

@@ -1,13 +1,13 @@
 // ops/reduce.hpp: reductions over one axis: sum, mean, max, min, with or without keepdim.
 // Each op gives its identity, combine, horizontal (over a batch's lanes) and finalize; the
 // executor accumulates rows with four accumulators, so the order is fixed by the row length alone.
-// Depends on: ops/capture.hpp, ops/math.hpp.
+// Depends on: ops/operand.hpp, ops/math.hpp.
 #pragma once
 
 #include <limits>
 #include <source_location>
 
-#include "fusebox/ops/capture.hpp"
+#include "fusebox/ops/operand.hpp"
 #include "fusebox/ops/math.hpp"
 
 namespace fusebox {
