@@ -2,7 +2,7 @@
 //
 // `shape<64, dyn>` is a type: 64 is a static extent, `dyn` marks an extent known only at run time.
 // Code that works on shapes asks `is_static` and never keeps two copies of an algorithm (the CuTe
-// rule): a `shape_info` value carries the same facts as a constexpr array, with `dyn` in place of
+// rule): a `dims` value carries the same facts as a constexpr array, with `dyn` in place of
 // run-time extents, and a `dims` value carries the resolved extents of one tensor at run time.
 // Depends on: the standard library only.
 #pragma once
@@ -18,6 +18,12 @@ namespace fusebox {
 /// Marks an extent known only at run time.
 inline constexpr std::size_t dyn = static_cast<std::size_t>(-1);
 
+/// Symbolic extents of the run-time path: `symbol(k)` stands for the k-th size variable of a
+/// specialisation. Values from `symbol_base` up (and `dyn` itself) are not known numbers.
+inline constexpr std::size_t symbol_base = dyn - 1024;
+constexpr std::size_t symbol(std::size_t k) { return symbol_base + k; }
+constexpr bool is_known_extent(std::size_t e) { return e < symbol_base; }
+
 /// The largest rank fusebox handles; keeps run-time shapes in fixed arrays (no heap).
 inline constexpr std::size_t max_rank = 6;
 
@@ -27,7 +33,7 @@ struct shape {
   static constexpr std::size_t rank = sizeof...(Extents);
   static_assert(rank <= max_rank, "fusebox::shape: at most 6 dimensions are supported");
   static constexpr std::array<std::size_t, rank> extents{Extents...};
-  static constexpr bool is_static = ((Extents != dyn) && ...);
+  static constexpr bool is_static = ((Extents < symbol_base) && ...);
   /// Number of elements; only meaningful when every extent is static.
   static constexpr std::size_t size = is_static ? (std::size_t{1} * ... * Extents) : dyn;
 };
@@ -48,14 +54,14 @@ struct dims {
   constexpr std::size_t size() const {
     std::size_t n = 1;
     for (std::size_t d = 0; d < rank; ++d) {
-      if (extent[d] == dyn) return dyn;
+      if (!is_known_extent(extent[d])) return dyn;
       n *= extent[d];
     }
     return n;
   }
   constexpr bool is_static() const {
     for (std::size_t d = 0; d < rank; ++d)
-      if (extent[d] == dyn) return false;
+      if (!is_known_extent(extent[d])) return false;
     return true;
   }
   /// Extents counted from the right: back(0) is the last dimension, 1 for dimensions left of rank.
@@ -78,13 +84,15 @@ inline std::string to_string(const dims& d) {
   std::string s = "[";
   for (std::size_t i = 0; i < d.rank; ++i) {
     if (i) s += ", ";
-    s += d.extent[i] == dyn ? std::string("?") : std::to_string(d.extent[i]);
+    const std::size_t e = d.extent[i];
+    s += e == dyn ? std::string("?") : is_known_extent(e) ? std::to_string(e) : "s" + std::to_string(e - symbol_base);
   }
   return s + "]";
 }
 
-/// NumPy broadcasting of two shapes (right-aligned; extent 1 stretches; dyn meets anything and
-/// stays dyn unless the other side is static and not 1). `ok` is false when they cannot broadcast.
+/// NumPy broadcasting of two shapes (right-aligned; extent 1 stretches; an unknown extent (dyn or
+/// a symbol) meets anything and takes the other side's known extent, to be checked at run time).
+/// `ok` is false when they cannot broadcast.
 struct broadcast_result {
   dims out;
   bool ok = true;
@@ -100,8 +108,8 @@ constexpr broadcast_result broadcast(const dims& a, const dims& b) {
     if (x == y) e = x;
     else if (x == 1) e = y;
     else if (y == 1) e = x;
-    else if (x == dyn) e = y;  // checked again at run time
-    else if (y == dyn) e = x;
+    else if (!is_known_extent(x)) e = y;  // checked again at run time
+    else if (!is_known_extent(y)) e = x;
     else {
       r.ok = false;
       r.bad_dim = i;

@@ -100,7 +100,7 @@ template <class E>
 auto evaluate(const E& e, cpu::runtime& rt) {
   using T = typename E::value_type;
   using P = cpu::program<T, E>;
-  static_assert(P::all_static || P::arena_bytes == 0,
+  static_assert(P::all_static || P::plan.n_kernels <= 1,
                 "fusebox: evaluating a multi-kernel expression with dyn extents needs the run-time path");
   typename P::frame_t f;
   constexpr std::size_t M = detail::max_input_index<E>();

@@ -45,6 +45,7 @@ struct node_desc {
   bool keepdim = false;         ///< reductions
   int flops = 0;                ///< per output element, for reports and fusion heuristics
   std::size_t input_index = 0;  ///< input leaves: which argument
+  int view_a = -1, view_b = -1; ///< views: the two swapped dimensions of a transpose; -1 for reshape
 };
 
 /// Base of all expression types, so operators can be constrained to them.
@@ -239,7 +240,8 @@ struct view_node : expr_base {
   using value_type = typename Arg::value_type;
   using children = meta::type_list<Arg>;
   using view = View;
-  static constexpr node_desc desc{node_kind::view, View::name, View::shape(Arg::desc.shape)};
+  static constexpr node_desc desc{node_kind::view, View::name, View::shape(Arg::desc.shape), -1, false, 0, 0,
+                                  View::swapped_a, View::swapped_b};
   static constexpr bool has_payload = Arg::has_payload, symbolic = Arg::symbolic, fullgraph = Arg::fullgraph;
   Arg arg;
 

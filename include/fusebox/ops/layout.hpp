@@ -15,6 +15,7 @@ namespace ops {
 template <std::size_t A, std::size_t B>
 struct transpose_view {
   static constexpr const char* name = "transpose";
+  static constexpr int swapped_a = static_cast<int>(A), swapped_b = static_cast<int>(B);
   static constexpr dims shape(dims d) {
     std::swap(d.extent[A], d.extent[B]);
     return d;
@@ -31,6 +32,7 @@ struct transpose_view {
 template <class S>
 struct reshape_view {
   static constexpr const char* name = "reshape";
+  static constexpr int swapped_a = -1, swapped_b = -1;
   static constexpr dims shape(dims) { return dims_of(S{}); }
   template <class T>
   static strided<T> apply(strided<T> s) {

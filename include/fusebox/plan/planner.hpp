@@ -162,6 +162,79 @@ struct grouping {
 
 }  // namespace detail
 
+/// Arena offsets by liveness over the kernel order, first fit; sets offset[] and arena_bytes.
+/// Buffers: materialised nodes computed by a kernel that are not outputs (outputs live in the
+/// caller's tensors), views, leaves or opaque results, and not matmuls fused into an epilogue
+/// (they write into the epilogue's buffer). `nodes` must have every extent known.
+template <std::size_t N>
+constexpr void assign_arena(plan_t<N>& p, const std::array<ir::node, N>& nodes, std::size_t elem_bytes) {
+  constexpr int n = static_cast<int>(N);
+  auto source = [&](int i) {
+    while (nodes[i].desc.kind == node_kind::view) i = nodes[i].inputs[0];
+    return i;
+  };
+  p.arena_bytes = 0;
+  p.row_scratch_elems = 0;
+  for (int ki = 0; ki < p.n_kernels; ++ki) {
+    const kernel& k = p.kernels[ki];
+    if (k.kind != kernel_kind::rows) continue;
+    dims space = k.space;
+    for (int i = 0; i < n; ++i)  // the space as the (now known) node shapes say
+      if (p.group[i] == k.group) {
+        if (nodes[i].desc.kind == node_kind::reduce) space = nodes[nodes[i].inputs[0]].desc.shape;
+        else if (!p.row_constant[i] && nodes[i].desc.shape.rank == space.rank) space = nodes[i].desc.shape;
+        break;
+      }
+    const std::size_t elems = static_cast<std::size_t>(k.cached) * space.back(0);
+    if (elems > p.row_scratch_elems) p.row_scratch_elems = elems;
+  }
+  std::array<int, N> last_use{};
+  for (int i = 0; i < n; ++i) {
+    last_use[i] = -1;
+    p.offset[i] = no_offset;
+  }
+  for (int i = 0; i < n; ++i) {
+    const int ki = p.kernel_of[i] >= 0 ? p.kernel_of[i] : -1;
+    if (ki < 0) continue;
+    for (int q = 0; q < nodes[i].n_inputs; ++q) {
+      const int src = source(nodes[i].inputs[q]);
+      if (ki > last_use[src]) last_use[src] = ki;
+    }
+  }
+  struct block {
+    std::size_t begin, end;
+    int free_after;
+  };
+  std::array<block, N> live{};
+  int n_live = 0;
+  for (int ki = 0; ki < p.n_kernels; ++ki) {
+    // Free what no kernel from here on reads.
+    for (int b = 0; b < n_live;)
+      if (live[b].free_after < ki) live[b] = live[--n_live];
+      else ++b;
+    for (int i = 0; i < n; ++i) {
+      if (p.kernel_of[i] != ki || !p.materialised[i] || p.is_output[i]) continue;
+      const node_kind kind = nodes[i].desc.kind;
+      if (kind == node_kind::opaque || kind == node_kind::view || ir::is_leaf_kind(kind)) continue;
+      if (kind == node_kind::matmul && p.kernels[ki].kind == kernel_kind::matmul && p.kernels[ki].group >= 0) continue;
+      const std::size_t bytes = (nodes[i].desc.shape.size() * elem_bytes + 63) / 64 * 64;
+      // First fit: the lowest offset whose range overlaps no live block.
+      std::size_t at = 0;
+      for (bool moved = true; moved;) {
+        moved = false;
+        for (int b = 0; b < n_live; ++b)
+          if (at < live[b].end && live[b].begin < at + bytes) {
+            at = live[b].end;
+            moved = true;
+          }
+      }
+      p.offset[i] = at;
+      live[n_live++] = block{at, at + bytes, last_use[i] < ki ? ki : last_use[i]};
+      if (at + bytes > p.arena_bytes) p.arena_bytes = at + bytes;
+    }
+  }
+}
+
 /// The whole planner: nodes in, plan out. `outputs` are the model's results; `elem_bytes` the size of
 /// one element.
 template <std::size_t N, std::size_t R>
@@ -363,54 +436,15 @@ constexpr plan_t<N> make_plan(const std::array<ir::node, N>& nodes, const std::a
       }
       if (p.cache_slot[i] >= 0) p.cache_slot[i] = cost[i] >= 8 ? k.cached++ : -1;
     }
-    const std::size_t elems = static_cast<std::size_t>(k.cached) * k.space.back(0);
-    if (elems > p.row_scratch_elems) p.row_scratch_elems = elems;
   }
 
-  // ---- 6. arena ----
-  // Buffers: materialised nodes computed by a kernel that are not outputs (outputs live in the
-  // caller's tensors) and not matmuls fused into an epilogue (they write into the epilogue's buffer).
-  std::array<int, N> last_use{};
-  for (int i = 0; i < n; ++i) last_use[i] = -1;
-  for (int i = 0; i < n; ++i) {
-    const int ki = p.kernel_of[i] >= 0 ? p.kernel_of[i] : -1;
-    if (ki < 0) continue;
-    for (int q = 0; q < nodes[i].n_inputs; ++q) {
-      const int src = source(nodes[i].inputs[q]);
-      if (ki > last_use[src]) last_use[src] = ki;
-    }
-  }
-  struct block {
-    std::size_t begin, end;
-    int free_after;
-  };
-  std::array<block, N> live{};
-  int n_live = 0;
-  for (int ki = 0; ki < p.n_kernels; ++ki) {
-    // Free what no kernel from here on reads.
-    for (int b = 0; b < n_live;)
-      if (live[b].free_after < ki) live[b] = live[--n_live];
-      else ++b;
-    for (int i = 0; i < n; ++i) {
-      if (p.kernel_of[i] != ki || !p.materialised[i] || p.is_output[i]) continue;
-      const node_kind kind = nodes[i].desc.kind;
-      if (kind == node_kind::opaque || kind == node_kind::view || ir::is_leaf_kind(kind)) continue;
-      if (kind == node_kind::matmul && epilogue_for_matmul[i] >= 0) continue;
-      const std::size_t bytes = (nodes[i].desc.shape.size() * elem_bytes + 63) / 64 * 64;
-      // First fit: the lowest offset whose range overlaps no live block.
-      std::size_t at = 0;
-      for (bool moved = true; moved;) {
-        moved = false;
-        for (int b = 0; b < n_live; ++b)
-          if (at < live[b].end && live[b].begin < at + bytes) {
-            at = live[b].end;
-            moved = true;
-          }
-      }
-      p.offset[i] = at;
-      live[n_live++] = block{at, at + bytes, last_use[i] < ki ? ki : last_use[i]};
-      if (at + bytes > p.arena_bytes) p.arena_bytes = at + bytes;
-    }
+  // ---- 6. arena (once every size is known; the run-time path calls it per concrete size) ----
+  bool sizes_known = true;
+  for (int i = 0; i < n; ++i) sizes_known = sizes_known && nodes[i].desc.shape.is_static();
+  if (sizes_known) assign_arena(p, nodes, elem_bytes);
+  else {
+    p.row_scratch_elems = 0;
+    p.arena_bytes = 0;
   }
   return p;
 }
