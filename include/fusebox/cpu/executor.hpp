@@ -28,6 +28,7 @@
 #include <utility>
 
 #include "fusebox/core/tensor.hpp"
+#include "fusebox/cpu/addressing.hpp"
 #include "fusebox/cpu/gemm.hpp"
 #include "fusebox/cpu/simd.hpp"
 #include "fusebox/cpu/thread_pool.hpp"
@@ -52,11 +53,6 @@ struct frame {
 namespace detail {
 inline constexpr std::size_t min_task_elems = 1 << 14;  // below this a task costs more to hand out than to run
 
-constexpr std::size_t outer_size(const dims& s) {
-  std::size_t r = 1;
-  for (std::size_t d = 0; d + 1 < s.rank; ++d) r *= s.extent[d];
-  return r;
-}
 }  // namespace detail
 
 template <class T, class... Roots>
@@ -254,33 +250,6 @@ struct program {
 
   // ---- per-row addressing ----
 
-  /// Strides of node `id` in the index space `space` (right-aligned; broadcast dims get 0).
-  static void space_strides(const strided<T>& m, const dims& space, std::ptrdiff_t* out) {
-    const std::size_t r = space.rank, rn = m.shape.rank;
-    for (std::size_t d = 0; d < r; ++d) {
-      out[d] = 0;
-      if (d + rn >= r) {
-        const std::size_t nd = d + rn - r;
-        out[d] = m.shape.extent[nd] == 1 ? 0 : m.stride[nd];
-      }
-    }
-  }
-
-  /// Strides of a reduction's output in its input's index space: the reduced axis gets stride 0,
-  /// and without keepdim the output's dimensions line up from the left, skipping that axis.
-  static void reduced_space_strides(const strided<T>& out, const dims& space, std::size_t axis, bool keepdim,
-                                    std::ptrdiff_t* res) {
-    for (std::size_t d = 0, od = 0; d < space.rank; ++d) {
-      if (d == axis) {
-        res[d] = 0;
-        if (keepdim) ++od;
-      } else {
-        res[d] = out.shape.extent[od] == 1 ? 0 : out.stride[od];
-        ++od;
-      }
-    }
-  }
-
   struct row_addressing {
     const T* base[N]{};
     std::ptrdiff_t stride[N][max_rank]{};
@@ -395,7 +364,7 @@ struct program {
       return std::pair{ids, c};
     }();
 
-    const std::size_t rows = detail::outer_size(space);
+    const std::size_t rows = outer_size(space);
     const std::size_t width = space.back(0);
     // Pure elementwise groups may also split a row; reductions keep a row whole.
     const std::size_t col_block = kn.passes == 0 && width > detail::min_task_elems
@@ -524,7 +493,7 @@ struct program {
       l[ext.size] = R;
       return l;
     }();
-    const std::size_t rows = detail::outer_size(space), width = space.back(0);
+    const std::size_t rows = outer_size(space), width = space.back(0);
     const std::size_t block = std::max<std::size_t>(VS * 16, (width + f.pool->size() - 1) / f.pool->size());
     const std::size_t blocks = (width + block - 1) / block;
     auto task = [&](std::size_t t, unsigned) {
@@ -656,21 +625,7 @@ struct program {
   template <int K>
   static void run_copy(frame_t& f) {
     constexpr int I = plan.kernels[K].node;
-    const strided<T>& src = f.loc[I];
-    const strided<T>& dst = f.copy_to[I];
-    const std::size_t n = src.size();
-    const std::size_t r = src.shape.rank;
-    for (std::size_t e = 0; e < n; ++e) {
-      std::ptrdiff_t so = 0, d_o = 0;
-      std::size_t rest = e;
-      for (std::size_t d = r; d-- > 0;) {
-        const std::size_t c = rest % src.shape.extent[d];
-        rest /= src.shape.extent[d];
-        so += static_cast<std::ptrdiff_t>(c) * src.stride[d];
-        d_o += static_cast<std::ptrdiff_t>(c) * dst.stride[d];
-      }
-      dst.data[d_o] = src.data[so];
-    }
+    strided_copy(f.loc[I], f.copy_to[I]);
   }
 };
 

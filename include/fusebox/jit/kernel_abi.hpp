@@ -1,0 +1,36 @@
+// jit/kernel_abi.hpp: the calling convention between the host and generated kernels. Plain data
+// only: a generated shared object and the host agree on nothing else.
+//
+// Node numbers inside a generated kernel are local (0, 1, ... in the order the kernel first uses
+// them), so identical kernels from different places in a model have identical source, and one
+// compiled object serves them all (the regional compilation of DESIGN.md).
+// Depends on: the standard library only.
+#pragma once
+
+#include <cstddef>
+
+namespace fusebox::jit {
+
+inline constexpr std::size_t abi_max_rank = 6;
+
+struct kernel_args {
+  void* const* ptr;              ///< per local node: address of element 0 (materialised nodes)
+  const std::ptrdiff_t* stride;  ///< per local node: abi_max_rank strides in the kernel's index space (0 where broadcast)
+  const std::size_t* space;      ///< extents of the kernel's index space
+  const double* scalar;          ///< per local node: the value of a scalar operand
+  std::byte* scratch;            ///< row scratch of worker 0; worker w at scratch + w * scratch_stride
+  std::size_t scratch_stride;
+};
+
+/// rows kernels: rows [r0, r1), columns [c0, c1).
+using rows_fn = void (*)(const kernel_args*, std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1,
+                         unsigned worker);
+/// column reductions: output columns [c0, c1).
+using cols_fn = void (*)(const kernel_args*, std::size_t c0, std::size_t c1);
+/// matmul epilogues: columns [j0, j0 + n) of output row `row` (batch * M + i).
+using epilogue_fn = void (*)(const kernel_args*, std::size_t row, std::size_t j0, std::size_t n);
+
+/// The one exported symbol of every generated object.
+inline constexpr const char* kernel_symbol = "fusebox_kernel";
+
+}  // namespace fusebox::jit

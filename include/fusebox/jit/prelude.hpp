@@ -1,0 +1,11 @@
+// jit/prelude.hpp: what every generated CPU kernel includes (and what the host compiler may keep
+// as a precompiled header): the op definitions, the vector load/store helpers, the kernel ABI.
+// Depends on: ops/{elementwise,reduce}.hpp, cpu/simd.hpp, jit/kernel_abi.hpp.
+#pragma once
+
+#include <cstddef>
+
+#include "fusebox/cpu/simd.hpp"
+#include "fusebox/jit/kernel_abi.hpp"
+#include "fusebox/ops/elementwise.hpp"
+#include "fusebox/ops/reduce.hpp"

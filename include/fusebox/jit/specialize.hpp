@@ -1,0 +1,83 @@
+// jit/specialize.hpp: the graph IR of an expression type, with the extents of one call or of one
+// specialisation (some extents symbolic) put in place of `dyn`, every node's shape recomputed by
+// the ops' shape rules. The planner then runs on the result, as it does at build time.
+// Depends on: ir/graph.hpp, expr/node.hpp.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "fusebox/core/errors.hpp"
+#include "fusebox/ir/graph.hpp"
+
+namespace fusebox::jit {
+
+/// Node shapes for the given extents of each argument (index = input_index); throws shape_error
+/// when the extents do not fit the ops (a dyn dimension that turned out to clash).
+template <std::size_t N>
+std::array<ir::node, N> specialise(const std::array<ir::node, N>& generic, const std::vector<dims>& args) {
+  std::array<ir::node, N> out = generic;
+  for (std::size_t i = 0; i < N; ++i) {
+    ir::node& n = out[i];
+    const auto in = [&](int q) -> const dims& { return out[n.inputs[q]].desc.shape; };
+    switch (n.desc.kind) {
+      case node_kind::input:
+        n.desc.shape = args.at(n.desc.input_index);
+        break;
+      case node_kind::pointwise: {
+        dims s = in(0);
+        for (int q = 1; q < n.n_inputs; ++q) {
+          const auto r = broadcast(s, in(q));
+          if (!r.ok)
+            throw shape_error(std::string(n.desc.name) + ": shapes " + to_string(s) + " and " + to_string(in(q)) +
+                                  " cannot broadcast",
+                              std::source_location{});
+          s = r.out;
+        }
+        n.desc.shape = s;
+        break;
+      }
+      case node_kind::reduce:
+        n.desc.shape = fusebox::detail::reduced_shape(in(0), n.desc.axis, n.desc.keepdim);
+        break;
+      case node_kind::matmul: {
+        const auto r = fusebox::detail::matmul_shape(in(0), in(1));
+        if (!r.rank_ok || in(0).back(0) != in(1).back(1))
+          throw shape_error("matmul: a is " + to_string(in(0)) + ", b is " + to_string(in(1)) +
+                                "; the inner extents must match",
+                            std::source_location{});
+        n.desc.shape = r.out;
+        break;
+      }
+      case node_kind::view:
+        if (n.desc.view_a >= 0) {
+          dims s = in(0);
+          std::swap(s.extent[n.desc.view_a], s.extent[n.desc.view_b]);
+          n.desc.shape = s;
+        }
+        break;
+      default:
+        break;  // tensor leaves, scalars and opaque results have static shapes
+    }
+  }
+  return out;
+}
+
+/// Canonical text of a specialised graph: what a cache key and a log line need.
+template <std::size_t N>
+std::string describe_graph(const std::array<ir::node, N>& nodes) {
+  std::string s;
+  for (std::size_t i = 0; i < N; ++i) {
+    const auto& n = nodes[i];
+    s += std::to_string(i) + "=" + n.desc.name + to_string(n.desc.shape);
+    for (int q = 0; q < n.n_inputs; ++q) s += (q ? "," : "(") + std::to_string(n.inputs[q]);
+    s += n.n_inputs ? ")" : "";
+    if (n.desc.kind == node_kind::reduce) s += "@" + std::to_string(n.desc.axis) + (n.desc.keepdim ? "k" : "");
+    s += ";";
+  }
+  return s;
+}
+
+}  // namespace fusebox::jit
