@@ -44,6 +44,10 @@ template <class T>
 strided<T> writable(const strided<const T>& v) {
   return strided<T>{const_cast<T*>(v.data), v.shape, v.stride};
 }
+template <class T>
+strided<T> writable(const strided<T>& v) {
+  return v;
+}
 }  // namespace detail
 
 /// Binds leaves and payloads of `roots` (a tuple of expression objects) and `args` (a tuple of

@@ -1,0 +1,234 @@
+// jit/program.hpp: the host side of a generated program. It holds one specialisation (the IR with
+// its extents, known or symbolic, and the plan the one planner made for it) and the compiled
+// kernels, and runs a call: lays out the arena for the call's concrete extents, binds every node's
+// memory, and runs the kernels in plan order — generated code for rows, column reductions and
+// matmul epilogues; cpu::gemm, user functions (graph breaks) and copies on the host.
+// Depends on: plan/planner.hpp, cpu/{addressing,gemm,thread_pool,invoke}.hpp, jit/kernel_abi.hpp.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "fusebox/cpu/addressing.hpp"
+#include "fusebox/cpu/gemm.hpp"
+#include "fusebox/cpu/invoke.hpp"
+#include "fusebox/jit/kernel_abi.hpp"
+#include "fusebox/plan/planner.hpp"
+
+namespace fusebox::jit {
+
+/// A compiled kernel: its entry point, its local-to-graph node map, and what keeps its code loaded.
+struct kernel_binary {
+  void* fn = nullptr;
+  std::vector<int> locals;
+  std::shared_ptr<const void> owner;
+  std::string summary;
+};
+
+template <class T, std::size_t N>
+struct program {
+  std::array<ir::node, N> nodes{};  ///< the specialisation (symbolic extents where the guard allows any)
+  plan::plan_t<N> plan{};
+  std::array<bool, N> unit_inner{};
+  std::array<kernel_binary, N + 1> kernels{};
+  std::string key;  ///< canonical text of the specialisation, for logs
+
+  /// One call. `f` has inputs, payloads and outputs bound (cpu::bind_inputs / outputs), `concrete`
+  /// the call's node shapes (specialise() with the call's extents). `opaque(node, f)` runs a graph
+  /// break's user function.
+  void run(cpu::frame<T, N>& f, const std::array<ir::node, N>& concrete, cpu::runtime& rt,
+           const std::function<void(int, cpu::frame<T, N>&)>& opaque) const {
+    plan::plan_t<N> p = plan;
+    plan::assign_arena(p, concrete, sizeof(T));
+    std::byte* arena = rt.arena.ensure(p.arena_bytes);
+    for (std::size_t i = 0; i < N; ++i)
+      if (p.offset[i] != plan::no_offset)
+        f.loc[i] = strided<T>{reinterpret_cast<T*>(arena + p.offset[i]), concrete[i].desc.shape,
+                              contiguous_strides(concrete[i].desc.shape)};
+    for (int k = 0; k < p.n_kernels; ++k)
+      if (p.kernels[k].kind == plan::kernel_kind::matmul && p.kernels[k].group >= 0)
+        f.loc[p.kernels[k].node] = f.loc[epilogue_output(p.kernels[k].group)];
+    bind_views(f, concrete);
+    const unsigned threads = rt.pool->size();
+    const std::size_t scratch_stride = (p.row_scratch_elems * sizeof(T) + 63) / 64 * 64;
+    std::size_t gemm_ws = 0;
+    for (int k = 0; k < p.n_kernels; ++k)
+      if (p.kernels[k].kind == plan::kernel_kind::matmul) {
+        const auto s = mm_sizes(concrete, p.kernels[k].node);
+        gemm_ws = std::max(gemm_ws, cpu::gemm_workspace_bytes<T>(s[0], s[1], s[2], s[3], threads));
+      }
+    std::byte* ws = rt.workspace.ensure(scratch_stride * threads + gemm_ws);
+    f.workspace = ws;
+    f.workspace_bytes = rt.workspace.size();
+    for (int k = 0; k < p.n_kernels; ++k) {
+      const plan::kernel& kn = p.kernels[k];
+      switch (kn.kind) {
+        case plan::kernel_kind::rows: run_rows(f, concrete, k, kn, scratch_stride, *rt.pool); break;
+        case plan::kernel_kind::reduce_cols: run_cols(f, concrete, k, kn, *rt.pool); break;
+        case plan::kernel_kind::matmul:
+          run_matmul(f, concrete, k, kn, *rt.pool,
+                     std::span<std::byte>(ws + scratch_stride * threads, f.workspace_bytes - scratch_stride * threads));
+          break;
+        case plan::kernel_kind::opaque:
+          opaque(kn.node, f);
+          bind_views(f, concrete);
+          break;
+        case plan::kernel_kind::copy: cpu::strided_copy(f.loc[kn.node], f.copy_to[kn.node]); break;
+      }
+    }
+  }
+
+  int epilogue_output(int group) const {
+    for (std::size_t i = 0; i < N; ++i)
+      if (plan.group[i] == group && plan.materialised[i]) return static_cast<int>(i);
+    return -1;
+  }
+
+ private:
+  /// The call's arguments for one generated kernel, in its local numbering.
+  struct args_block {
+    std::vector<void*> ptr;
+    std::vector<std::ptrdiff_t> stride;
+    std::vector<double> scalar;
+    dims space{};
+    kernel_args a{};
+    void finish() {
+      a.ptr = ptr.data();
+      a.stride = stride.data();
+      a.space = space.extent.data();
+      a.scalar = scalar.data();
+    }
+  };
+
+  void bind_views(cpu::frame<T, N>& f, const std::array<ir::node, N>& concrete) const {
+    for (std::size_t i = 0; i < N; ++i) {
+      const ir::node& n = nodes[i];
+      if (n.desc.kind != node_kind::view) continue;
+      strided<T> s = f.loc[n.inputs[0]];
+      if (n.desc.view_a >= 0) {
+        std::swap(s.shape.extent[n.desc.view_a], s.shape.extent[n.desc.view_b]);
+        std::swap(s.stride[n.desc.view_a], s.stride[n.desc.view_b]);
+      } else {
+        if (s.data && !s.contiguous())
+          throw invalid_argument("reshape in a compiled model: the input " + to_string(s.shape) + " is not contiguous");
+        s.shape = concrete[i].desc.shape;
+        s.stride = contiguous_strides(s.shape);
+      }
+      f.loc[i] = s;
+    }
+  }
+
+  static dims space_for(const plan::plan_t<N>& p, const std::array<ir::node, N>& concrete, const plan::kernel& kn) {
+    if (kn.kind == plan::kernel_kind::reduce_cols) return concrete[concrete[kn.node].inputs[0]].desc.shape;
+    if (kn.kind == plan::kernel_kind::matmul) return concrete[kn.node].desc.shape;
+    for (std::size_t i = 0; i < N; ++i)
+      if (p.group[i] == kn.group) {
+        if (concrete[i].desc.kind == node_kind::reduce) return concrete[concrete[i].inputs[0]].desc.shape;
+        if (!p.row_constant[i]) return concrete[i].desc.shape;
+      }
+    return kn.space;
+  }
+
+  args_block make_args(const cpu::frame<T, N>& f, const plan::plan_t<N>& p, const std::array<ir::node, N>& concrete,
+                       int k, const plan::kernel& kn) const {
+    args_block b;
+    const kernel_binary& bin = kernels[k];
+    const std::size_t m = bin.locals.size();
+    b.ptr.assign(m, nullptr);
+    b.stride.assign(m * abi_max_rank, 0);
+    b.scalar.assign(m, 0.0);
+    b.space = space_for(p, concrete, kn);
+    for (std::size_t l = 0; l < m; ++l) {
+      const int g = bin.locals[l];
+      const ir::node& n = nodes[g];
+      if (n.desc.kind == node_kind::scalar) {
+        b.scalar[l] = static_cast<const scalar_leaf<T>*>(f.payload[n.payload_slot])->value;
+        continue;
+      }
+      if (!f.loc[g].data) continue;  // a member computed in registers
+      b.ptr[l] = f.loc[g].data;
+      std::ptrdiff_t* st = &b.stride[l * abi_max_rank];
+      const bool reduced_here = n.desc.kind == node_kind::reduce && (kn.kind == plan::kernel_kind::reduce_cols ||
+                                                                    (p.group[g] == kn.group && kn.group >= 0));
+      if (reduced_here)
+        cpu::reduced_space_strides(f.loc[g], b.space, static_cast<std::size_t>(n.desc.axis), n.desc.keepdim, st);
+      else
+        cpu::space_strides(f.loc[g], b.space, st);
+    }
+    b.finish();
+    return b;
+  }
+
+  void run_rows(cpu::frame<T, N>& f, const std::array<ir::node, N>& concrete, int k, const plan::kernel& kn,
+                std::size_t scratch_stride, cpu::thread_pool& pool) const {
+    args_block b = make_args(f, plan, concrete, k, kn);
+    b.a.scratch = f.workspace;
+    b.a.scratch_stride = scratch_stride;
+    const dims space = b.space;
+    if (space.size() == 0) return;
+    const std::size_t rows = cpu::outer_size(space), width = space.back(0);
+    constexpr std::size_t min_task = 1 << 14;
+    const std::size_t col_block = kn.passes == 0 && width > min_task ? min_task : width;
+    const std::size_t col_blocks = (width + col_block - 1) / col_block;
+    const std::size_t rows_per_task = std::max<std::size_t>(1, min_task / width);
+    const std::size_t row_tasks = (rows + rows_per_task - 1) / rows_per_task;
+    const auto fn = reinterpret_cast<rows_fn>(kernels[k].fn);
+    pool.parallel_for(row_tasks * col_blocks, [&](std::size_t t, unsigned worker) {
+      const std::size_t rt = t / col_blocks, cb = t % col_blocks;
+      const std::size_t r0 = rt * rows_per_task, r1 = std::min(rows, r0 + rows_per_task);
+      fn(&b.a, r0, r1, cb * col_block, std::min(width, (cb + 1) * col_block), worker);
+    });
+  }
+
+  void run_cols(cpu::frame<T, N>& f, const std::array<ir::node, N>& concrete, int k, const plan::kernel& kn,
+                cpu::thread_pool& pool) const {
+    args_block b = make_args(f, plan, concrete, k, kn);
+    const std::size_t width = b.space.back(0);
+    if (b.space.size() == 0) return;
+    const std::size_t block = std::max<std::size_t>(256, (width + pool.size() - 1) / pool.size());
+    const std::size_t blocks = (width + block - 1) / block;
+    const auto fn = reinterpret_cast<cols_fn>(kernels[k].fn);
+    pool.parallel_for(blocks, [&](std::size_t t, unsigned) { fn(&b.a, t * block, std::min(width, (t + 1) * block)); });
+  }
+
+  static std::array<std::size_t, 4> mm_sizes(const std::array<ir::node, N>& concrete, int m) {
+    const dims& o = concrete[m].desc.shape;
+    const dims& a = concrete[concrete[m].inputs[0]].desc.shape;
+    return {o.rank == 3 ? o.extent[0] : 1, o.back(1), o.back(0), a.back(0)};
+  }
+
+  void run_matmul(cpu::frame<T, N>& f, const std::array<ir::node, N>& concrete, int k, const plan::kernel& kn,
+                  cpu::thread_pool& pool, std::span<std::byte> ws) const {
+    const int m = kn.node;
+    const strided<T>& A = f.loc[nodes[m].inputs[0]];
+    const strided<T>& B = f.loc[nodes[m].inputs[1]];
+    const strided<T>& C = f.loc[m];
+    const auto s = mm_sizes(concrete, m);
+    const std::size_t ra = A.shape.rank, rb = B.shape.rank;
+    const cpu::matrix_view<T> av{A.data, A.stride[ra - 2], A.stride[ra - 1]};
+    const cpu::matrix_view<T> bv{B.data, B.stride[rb - 2], B.stride[rb - 1]};
+    const std::ptrdiff_t a_bs = ra == 3 && A.shape.extent[0] != 1 ? A.stride[0] : 0;
+    const std::ptrdiff_t b_bs = rb == 3 && B.shape.extent[0] != 1 ? B.stride[0] : 0;
+    const std::ptrdiff_t ldc = C.stride[C.shape.rank - 2];
+    const std::ptrdiff_t c_bs = C.shape.rank == 3 ? C.stride[0] : 0;
+    if (kn.group < 0) {
+      cpu::gemm<T>(s[0], s[1], s[2], s[3], av, a_bs, bv, b_bs, C.data, ldc, c_bs, cpu::no_epilogue{}, pool, ws);
+      return;
+    }
+    args_block b = make_args(f, plan, concrete, k, kn);
+    const auto fn = reinterpret_cast<epilogue_fn>(kernels[k].fn);
+    const std::size_t rows_per_batch = s[1];
+    cpu::gemm<T>(s[0], s[1], s[2], s[3], av, a_bs, bv, b_bs, C.data, ldc, c_bs,
+                 [&](std::size_t bi, std::size_t i, std::size_t j0, std::size_t n, T*) {
+                   fn(&b.a, bi * rows_per_batch + i, j0, n);
+                 },
+                 pool, ws);
+  }
+};
+
+}  // namespace fusebox::jit
