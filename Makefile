@@ -1,0 +1,90 @@
+# Entry points for people and CI. The real build is CMake (CMakeLists.txt); this file only
+# checks system packages and runs the usual configure/build/test sequences.
+#
+#   make demo    build and run examples/quickstart
+#   make test    build everything and run all tests (exit status is the test result)
+#   make bench   build the benchmarks in build-bench/ and run bench/run_all
+#   make deps    check (and, as root, install) the Debian packages the build needs
+#   make clean   remove the build directories
+
+BUILD_DIR  ?= build
+BENCH_DIR  ?= build-bench
+BUILD_TYPE ?= Release
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE      ?= cmake
+CTEST      ?= ctest
+# Extra arguments for every configure, e.g. CMAKE_ARGS=-DCMAKE_PREFIX_PATH=$$PWD/.deps/usr
+CMAKE_ARGS ?=
+
+# Sub-makes started by `cmake --build` would otherwise print "Entering directory" lines.
+MAKEFLAGS  += --no-print-directory
+
+DEPS       := libboost-dev libxsimd-dev catch2 zlib1g-dev cmake g++ make
+BENCH_DEPS := $(DEPS) libeigen3-dev libtorch-dev libopenblas-dev
+
+.PHONY: all demo test bench deps bench-deps clean
+all: test
+
+# $(call check_deps,<packages>): install what is missing as root; otherwise print the one
+# command that fixes it and fail. Without dpkg (not Debian) the check is skipped and CMake
+# reports whatever is missing.
+define check_deps
+	@if ! command -v dpkg >/dev/null 2>&1; then \
+	  echo "deps: dpkg not found; not a Debian system, skipping the package check" >&2; exit 0; \
+	fi; \
+	missing=""; \
+	for p in $(1); do \
+	  dpkg -s "$$p" 2>/dev/null | grep -q '^Status: install ok installed' || missing="$$missing $$p"; \
+	done; \
+	missing="$${missing# }"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "deps: installing $$missing"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
+	  else \
+	    echo "sudo apt-get install -y $$missing"; \
+	    exit 1; \
+	  fi; \
+	fi
+endef
+
+deps:
+	$(call check_deps,$(DEPS))
+
+bench-deps:
+	$(call check_deps,$(BENCH_DEPS))
+
+demo: deps
+	$(CMAKE) -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DFUSEBOX_BUILD_EXAMPLES=ON $(CMAKE_ARGS)
+	$(CMAKE) --build $(BUILD_DIR) --target quickstart -j $(JOBS)
+	./$(BUILD_DIR)/examples/quickstart
+
+# ctest's own summary ("N% tests passed, M tests failed out of K" and the list of failures) is
+# the report; the last line says in one word whether to look further up. Some tests run builds
+# themselves (header check, compile-fail): CMAKE_BUILD_PARALLEL_LEVEL gives them JOBS too.
+test: deps
+	@$(CMAKE) -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DFUSEBOX_BUILD_TESTS=ON $(CMAKE_ARGS) \
+	  || { echo "==> make test: FAILED (configure)"; exit 1; }
+	@$(CMAKE) --build $(BUILD_DIR) -j $(JOBS) \
+	  || { echo "==> make test: FAILED (build; see the first error above)"; exit 1; }
+	@cd $(BUILD_DIR) && CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(CTEST) --output-on-failure -j $(JOBS) \
+	  || { echo "==> make test: FAILED (see the failed tests listed above)"; exit 1; }
+	@echo "==> make test: PASSED"
+
+bench: bench-deps
+	@if [ ! -f bench/CMakeLists.txt ]; then \
+	  echo "bench: bench/CMakeLists.txt does not exist yet; nothing to build"; exit 0; \
+	fi; \
+	set -e; \
+	$(CMAKE) -S . -B $(BENCH_DIR) -DCMAKE_BUILD_TYPE=Release -DFUSEBOX_BUILD_BENCH=ON \
+	  -DFUSEBOX_BUILD_TESTS=OFF -DFUSEBOX_BUILD_EXAMPLES=OFF $(CMAKE_ARGS); \
+	$(CMAKE) --build $(BENCH_DIR) -j $(JOBS); \
+	if [ -x $(BENCH_DIR)/bench/run_all ]; then \
+	  ./$(BENCH_DIR)/bench/run_all; \
+	else \
+	  echo "bench: built, but bench/CMakeLists.txt defines no run_all program yet"; \
+	fi
+
+clean:
+	rm -rf $(BUILD_DIR) $(BENCH_DIR)
