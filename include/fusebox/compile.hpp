@@ -21,6 +21,7 @@
 #include "fusebox/cpu/invoke.hpp"
 #include "fusebox/cpu/report.hpp"
 #include "fusebox/graph_break.hpp"
+#include "fusebox/jit/dynamic.hpp"
 #include "fusebox/options.hpp"
 
 namespace fusebox {
@@ -70,6 +71,15 @@ struct capture_scope {
   ~capture_scope() { current_capture() = saved; }
 };
 
+/// FUSEBOX_DISABLE=1 in the environment: every compiled function runs eagerly.
+inline bool disabled_by_environment() {
+  static const bool off = [] {
+    const char* v = std::getenv("FUSEBOX_DISABLE");
+    return v && *v && std::string(v) != "0";
+  }();
+  return off;
+}
+
 template <class Out>
 decltype(auto) unwrap(Out&& outs) {
   if constexpr (std::tuple_size_v<std::remove_cvref_t<Out>> == 1) return std::move(std::get<0>(outs));
@@ -98,14 +108,22 @@ class compiled {
   /// Runs the compiled model into caller-owned outputs: no heap allocation in steady state.
   template <class Out, class... Args>
   void run(Out& out, const Args&... args) {
-    auto [roots, guard] = capture(nullptr, args...);
-    using Prog = typename detail::program_of<decltype(roots)>::type;
-    typename Prog::frame_t f;
-    const auto targs = std::tie(args...);
-    cpu::bind_inputs<Prog>(f, roots, targs);
-    auto outs = std::tie(out);
-    check_output(out, Prog::all_static ? Prog::nodes[Prog::graph::outputs[0]].desc.shape : output_shape<Prog>(f, 0));
-    cpu::bind_and_run<Prog>(f, outs, *rt_);
+    if constexpr (!program_for_args<Args...>::type::all_static) {
+      out = call(nullptr, args...);  // the run-time path allocates its result (no steady-state promise)
+    } else {
+      auto [roots, guard] = capture(nullptr, args...);
+      using Prog = typename detail::program_of<decltype(roots)>::type;
+      typename Prog::frame_t f;
+      const auto targs = std::tie(args...);
+      cpu::bind_inputs<Prog>(f, roots, targs);
+      auto outs = std::tie(out);
+      check_output(out, Prog::nodes[Prog::graph::outputs[0]].desc.shape);
+      if (eager_only()) {
+        out = std::get<0>(eager_outputs<std::tuple<Out>>(args...));
+        return;
+      }
+      cpu::bind_and_run<Prog>(f, outs, *rt_);
+    }
   }
 
   /// Bytes of the intermediate arena for these argument types: a compile-time constant.
@@ -125,21 +143,89 @@ class compiled {
   /// Per-thread capture settings (for a call in progress).
   template <class... Args>
   auto call(std::vector<detail::break_record>* breaks, const Args&... args) {
+    using PO = program_for_args<Args...>;
+    using Outs = typename PO::outputs;
+    if (eager_only()) return detail::unwrap(eager_outputs<Outs>(args...));
     auto [roots, guard] = capture(breaks, args...);
-    using PO = detail::program_of<decltype(roots)>;
     using Prog = typename PO::type;
     typename Prog::frame_t f;
     const auto targs = std::tie(args...);
     cpu::bind_inputs<Prog>(f, roots, targs);
-    auto outs = make_outputs<typename PO::outputs, Prog>(f);
-    cpu::bind_and_run<Prog>(f, outs, *rt_);
-    return detail::unwrap(std::move(outs));
+    if constexpr (Prog::all_static) {
+      auto outs = make_outputs<Outs, Prog>(f);
+      cpu::bind_and_run<Prog>(f, outs, *rt_);
+      return detail::unwrap(std::move(outs));
+    } else {
+      auto& dynamic = dynamic_for<Prog>();
+      const jit::call_facts facts = dynamic.facts(f, sizeof...(Args));
+      const auto prog = dynamic.select(facts, opts_, hints_, "compiled function");
+      if (!prog) return detail::unwrap(eager_outputs<Outs>(args...));
+      const auto concrete = jit::specialise(Prog::graph::nodes, facts.extents);
+      auto outs = [&]<std::size_t... R>(std::index_sequence<R...>) {
+        return Outs{std::tuple_element_t<R, Outs>(concrete[Prog::graph::outputs[R]].desc.shape)...};
+      }(std::make_index_sequence<std::tuple_size_v<Outs>>{});
+      cpu::bind_outputs<Prog>(f, outs);
+      f.pool = rt_->pool;
+      prog->run(f, concrete, *rt_, [](int id, typename Prog::frame_t& fr) { Prog::run_opaque_at(id, fr); });
+      return detail::unwrap(std::move(outs));
+    }
+  }
+
+  /// A range (and optimisation hint) for dimension `dim` of argument `arg`: guards of symbolic
+  /// specialisations accept only extents in [min, max], and an extent outside is a shape_error.
+  compiled& hint(std::size_t arg, std::size_t dim, std::size_t min, std::size_t max, std::size_t opt = 0) {
+    hints_.push_back(dim_hint{arg, dim, min, max, opt});
+    return *this;
+  }
+
+  /// Recompiles so far (run-time path), over every argument type this function has seen.
+  int recompiles() const {
+    int n = 0;
+    for (const auto& d : dynamic_) n += d.recompiles();
+    return n;
   }
 
  private:
+  // Declared only: the type of the captured roots for these argument types.
+  template <std::size_t... I, class... Args>
+  static auto roots_type(std::index_sequence<I...>, meta::type_list<Args...>)
+      -> decltype(detail::as_roots(std::declval<Model&>()(
+          detail::symbolic_arg<I, Static.fullgraph>(std::declval<const Args&>())...)));
   template <class... Args>
-  using program_for = typename detail::program_of<decltype(detail::as_roots(
-      std::declval<Model&>()(detail::symbolic_arg<0, Static.fullgraph>(std::declval<const Args&>())...)))>::type;
+  using program_for_args =
+      detail::program_of<decltype(roots_type(std::index_sequence_for<Args...>{}, meta::type_list<Args...>{}))>;
+  template <class... Args>
+  using program_for = typename program_for_args<Args...>::type;
+
+  bool eager_only() const { return detail::disabled_by_environment() || current_stance() == stance::force_eager; }
+
+  /// The model run op by op, its results in the compiled function's output types.
+  template <class Outs, class... Args>
+  Outs eager_outputs(const Args&... args) {
+    const unsigned saved = default_threads();
+    set_default_threads(threads());
+    struct restore {
+      unsigned n;
+      ~restore() { set_default_threads(n); }
+    } r{saved};
+    return Outs(model_(args...));
+  }
+
+  /// The run-time state of one expression type (one per argument types seen).
+  template <class Prog>
+  jit::dynamic_function<Prog>& dynamic_for() {
+    const void* tag = &meta::type_tag<Prog>;
+    for (auto& [t, d] : dynamic_state_)
+      if (t == tag) return *static_cast<jit::dynamic_function<Prog>*>(d.get());
+    auto d = std::make_shared<jit::dynamic_function<Prog>>();
+    dynamic_state_.emplace_back(tag, d);
+    dynamic_.push_back(recompile_counter{[d] { return d->recompiles(); }});
+    return *d;
+  }
+  struct recompile_counter {
+    std::function<int()> count;
+    int recompiles() const { return count(); }
+  };
 
   template <class... Args>
   auto capture(std::vector<detail::break_record>* breaks, const Args&... args) {
@@ -173,6 +259,9 @@ class compiled {
   Model model_;
   options opts_;
   std::unique_ptr<cpu::runtime> rt_ = std::make_unique<cpu::runtime>();
+  std::vector<dim_hint> hints_;
+  std::vector<std::pair<const void*, std::shared_ptr<void>>> dynamic_state_;
+  std::vector<recompile_counter> dynamic_;
 };
 
 /// Compiles `model` (a callable over tensors built from fusebox ops) with run-time options.

@@ -10,6 +10,11 @@ enum class mode { default_, reduce_overhead, max_autotune };
 enum class dynamic { automatic, always, never };
 enum class backend { cpu, cuda };
 
+/// Process-wide stance, like torch.compiler.set_stance: `force_eager` runs every compiled function
+/// eagerly (so does FUSEBOX_DISABLE=1: bisect a wrong answer or a slowdown without a rebuild);
+/// `fail_on_recompile` makes any recompile throw fusebox::recompile_error (serving).
+enum class stance { default_, force_eager, fail_on_recompile };
+
 struct options {
   fusebox::mode mode = fusebox::mode::default_;
   bool fullgraph = false;          ///< a graph break is an error (build error when given as a template argument)
@@ -20,5 +25,15 @@ struct options {
   bool fast_math = false;
   unsigned threads = 0;  ///< 0: fusebox::default_threads()
 };
+
+namespace detail {
+inline stance& stance_ref() {
+  static stance s = stance::default_;
+  return s;
+}
+}  // namespace detail
+
+inline void set_stance(stance s) { detail::stance_ref() = s; }
+inline stance current_stance() { return detail::stance_ref(); }
 
 }  // namespace fusebox

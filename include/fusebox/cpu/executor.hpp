@@ -608,18 +608,31 @@ struct program {
 
   template <int K>
   static void run_opaque(frame_t& f) {
-    constexpr int I = plan.kernels[K].node;
-    using E = typename graph::template type_of<I>;
-    using Arg = std::remove_cvref_t<decltype(std::declval<const E&>().arg)>;
-    const auto* node = static_cast<const E*>(f.payload[nodes[I].payload_slot]);
-    const strided<T>& in = f.loc[nodes[I].inputs[0]];
-    const tensor<T, shape_of_t<Arg>> view(storage_ptr{}, in.data, in.shape, in.stride);
-    typename E::result_type out = node->fn(view);
-    if (out.extents().rank != nodes[I].desc.shape.rank)
-      throw graph_break("opaque(): the function returned a tensor of a different rank than declared", node->loc);
-    f.keep[I] = out.owner();
-    f.loc[I] = out.view();
-    bind_views(f);
+    run_opaque_node<plan.kernels[K].node>(f);
+  }
+
+  /// Runs the user function of opaque node `id` (the run-time path dispatches by id).
+  static void run_opaque_at(int id, frame_t& f) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((static_cast<int>(I) == id ? run_opaque_node<I>(f) : void()), ...);
+    }(std::make_index_sequence<N>{});
+  }
+
+  template <std::size_t I>
+  static void run_opaque_node(frame_t& f) {
+    if constexpr (nodes[I].desc.kind == node_kind::opaque) {
+      using E = typename graph::template type_of<I>;
+      using Arg = std::remove_cvref_t<decltype(std::declval<const E&>().arg)>;
+      const auto* node = static_cast<const E*>(f.payload[nodes[I].payload_slot]);
+      const strided<T>& in = f.loc[nodes[I].inputs[0]];
+      const tensor<T, shape_of_t<Arg>> view(storage_ptr{}, in.data, in.shape, in.stride);
+      typename E::result_type out = node->fn(view);
+      if (out.extents().rank != nodes[I].desc.shape.rank)
+        throw graph_break("opaque(): the function returned a tensor of a different rank than declared", node->loc);
+      f.keep[I] = out.owner();
+      f.loc[I] = out.view();
+      bind_views(f);
+    }
   }
 
   template <int K>

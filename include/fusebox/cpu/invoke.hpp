@@ -73,10 +73,10 @@ void bind_inputs(typename Program::frame_t& f, const Roots& roots, const Args& a
   Program::resolve_shapes(f);
 }
 
-/// Binds output tensors (a tuple of references), the arena and the workspace, then runs.
+/// Points the output nodes at the caller's tensors (a tuple of references). Outputs that no kernel
+/// writes (a leaf, a view, an opaque result) are copied at the end instead.
 template <class Program, class Outs>
-void bind_and_run(typename Program::frame_t& f, Outs& outs, runtime& rt) {
-  using plan_kind = plan::kernel_kind;
+void bind_outputs(typename Program::frame_t& f, Outs& outs) {
   [&]<std::size_t... R>(std::index_sequence<R...>) {
     (([&] {
        constexpr int o = Program::graph::outputs[R];
@@ -87,7 +87,12 @@ void bind_and_run(typename Program::frame_t& f, Outs& outs, runtime& rt) {
      }()),
      ...);
   }(std::make_index_sequence<std::tuple_size_v<Outs>>{});
-  (void)sizeof(plan_kind);
+}
+
+/// Binds output tensors, the arena and the workspace, then runs the static program.
+template <class Program, class Outs>
+void bind_and_run(typename Program::frame_t& f, Outs& outs, runtime& rt) {
+  bind_outputs<Program>(f, outs);
   f.pool = rt.pool;
   f.arena = rt.arena.ensure(Program::arena_bytes);
   Program::bind_intermediates(f);

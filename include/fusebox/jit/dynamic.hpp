@@ -1,0 +1,170 @@
+// jit/dynamic.hpp: a compiled function's run-time path for one expression type with `dyn` extents.
+// The pipeline, in order (DESIGN.md's flow, at run time):
+//   capture      the model was called on symbolic inputs (compile.hpp); the expression type is the graph
+//   guard        does an existing specialisation accept this call? (jit/guard.hpp)
+//   specialise   put the guard's extents (known or symbolic) into the IR (jit/specialize.hpp)
+//   plan         the one planner, plan::make_plan, the same function the build-time path runs
+//   render       each generated kernel as C++ over xsimd (jit/codegen_cpu.hpp)
+//   compile      memory cache, disk cache, host compiler (jit/kernel_store.hpp)
+//   run          jit::program on the thread pool (jit/program.hpp)
+// A recompile is counted and logged with its reason; past options.recompile_limit new extents run
+// eagerly (one warning); a compile failure runs eagerly with a warning that keeps the source and the
+// compiler's log (under fullgraph it throws).
+// Depends on: jit/{guard,specialize,kernel_store,program}.hpp, cpu/executor.hpp, options.hpp.
+#pragma once
+
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "fusebox/cpu/executor.hpp"
+#include "fusebox/jit/guard.hpp"
+#include "fusebox/jit/kernel_store.hpp"
+#include "fusebox/jit/program.hpp"
+#include "fusebox/jit/specialize.hpp"
+#include "fusebox/options.hpp"
+
+namespace fusebox::jit {
+
+template <class Prog>
+class dynamic_function {
+  using T = typename Prog::value_type;
+  static constexpr std::size_t N = Prog::N;
+
+ public:
+  using program_t = program<T, N>;
+
+  /// The facts the guards check, read from a frame whose inputs are bound.
+  static call_facts facts(const typename Prog::frame_t& f, std::size_t n_args) {
+    call_facts c;
+    c.extents.assign(n_args, dims{});
+    c.unit_inner.assign(n_args, true);
+    c.aligned.assign(n_args, true);
+    c.dyn_mask.assign(n_args, 0);
+    for (std::size_t i = 0; i < N; ++i) {
+      const ir::node& n = Prog::nodes[i];
+      if (n.desc.kind != node_kind::input) continue;
+      const std::size_t a = n.desc.input_index;
+      const strided<T>& s = f.loc[i];
+      c.extents[a] = s.shape;
+      c.unit_inner[a] = s.shape.rank == 0 || s.stride[s.shape.rank - 1] == 1 || s.shape.back(0) == 1;
+      c.aligned[a] = reinterpret_cast<std::uintptr_t>(s.data) % 64 == 0;
+      for (std::size_t d = 0; d < n.desc.shape.rank; ++d)
+        if (n.desc.shape.extent[d] == dyn) c.dyn_mask[a] |= 1u << d;
+    }
+    return c;
+  }
+
+  /// The program for this call, or null when the call must run eagerly (limit reached, or its
+  /// specialisation failed to compile).
+  std::shared_ptr<const program_t> select(const call_facts& c, const options& o, const std::vector<dim_hint>& hints,
+                                          const char* fn_name) {
+    check_hints(c, hints);
+    std::lock_guard lock(mutex_);
+    for (auto it = entries_.rbegin(); it != entries_.rend(); ++it)
+      if (it->g.matches(c)) return it->prog;
+    std::string why = "first call";
+    if (!entries_.empty()) {
+      entries_.back().g.matches(c, &why);
+      const std::string reason = std::string(fn_name) + ": " + why;
+      if (o.error_on_recompile || current_stance() == stance::fail_on_recompile)
+        throw recompile_error("fusebox: recompile refused (" +
+                              std::string(o.error_on_recompile ? "error_on_recompile" : "stance fail_on_recompile") +
+                              "): guard failed: " + reason);
+      if (recompiles_ >= o.recompile_limit) {
+        if (!warned_limit_) {
+          std::string all;
+          for (const auto& r : reasons_) all += "\n  - " + r;
+          warn("fusebox: " + std::string(fn_name) + " hit recompile_limit (" + std::to_string(o.recompile_limit) +
+               "); new extents run eagerly from now on. Recompiles so far:" + all + "\n  - " + reason);
+          warned_limit_ = true;
+        }
+        return nullptr;
+      }
+      ++recompiles_;
+      reasons_.push_back(reason);
+      counters().add_recompile(reason);
+      log(log_category::recompiles, "recompiling " + reason);
+    }
+    std::vector<guard> guards;
+    for (const auto& e : entries_) guards.push_back(e.g);
+    entry e{next_guard(c, o.dynamic, guards, hints), nullptr};
+    log(log_category::guards, std::string(fn_name) + ": new specialisation " + e.g.text());
+    try {
+      e.prog = build(e.g);
+    } catch (const compile_failure& failure) {
+      if (o.fullgraph) throw;
+      warn(std::string(failure.what()) + "; running eagerly. Compiler log:\n" + failure.log + "\nSource:\n" +
+           failure.source);
+      last_failure_ = failure.source;
+    }
+    entries_.push_back(e);
+    return e.prog;
+  }
+
+  int recompiles() const { return recompiles_; }
+  std::size_t specialisations() const { return entries_.size(); }
+  std::vector<guard> guards() const {
+    std::lock_guard lock(mutex_);
+    std::vector<guard> g;
+    for (const auto& e : entries_) g.push_back(e.g);
+    return g;
+  }
+
+  /// Builds the program of one guard: specialise, plan, render, compile (kernels in parallel).
+  static std::shared_ptr<const program_t> build(const guard& g) {
+    auto p = std::make_shared<program_t>();
+    p->nodes = specialise(Prog::graph::nodes, g.pattern);
+    p->plan = plan::make_plan(p->nodes, Prog::graph::outputs, sizeof(T));
+    p->key = describe_graph(p->nodes);
+    // Which memory has unit inner stride: arguments as guarded; our own buffers always; a
+    // transpose of the last dimension never; anything the user hands back (graph breaks,
+    // captured tensors) is read with its strides.
+    for (std::size_t i = 0; i < N; ++i) {
+      const ir::node& n = p->nodes[i];
+      switch (n.desc.kind) {
+        case node_kind::input: p->unit_inner[i] = g.unit_inner[n.desc.input_index]; break;
+        case node_kind::tensor:
+        case node_kind::opaque: p->unit_inner[i] = false; break;
+        case node_kind::view: {
+          const int last = static_cast<int>(n.desc.shape.rank) - 1;
+          p->unit_inner[i] = n.desc.view_a < 0 || (n.desc.view_a != last && n.desc.view_b != last
+                                                       ? p->unit_inner[n.inputs[0]]
+                                                       : false);
+          break;
+        }
+        default: p->unit_inner[i] = true;
+      }
+    }
+    const dtype t = dtype_of<T>();
+    std::vector<std::future<kernel_binary>> pending(static_cast<std::size_t>(p->plan.n_kernels));
+    for (int k = 0; k < p->plan.n_kernels; ++k) {
+      const plan::kernel& kn = p->plan.kernels[k];
+      const bool generated = kn.kind == plan::kernel_kind::rows || kn.kind == plan::kernel_kind::reduce_cols ||
+                             (kn.kind == plan::kernel_kind::matmul && kn.group >= 0);
+      if (!generated) continue;
+      rendered_kernel r = render_cpu_kernel(p->nodes, p->plan, k, t, p->unit_inner);
+      pending[static_cast<std::size_t>(k)] =
+          std::async(std::launch::async, [r = std::move(r)] { return kernel_store::instance().get(r); });
+    }
+    for (int k = 0; k < p->plan.n_kernels; ++k)
+      if (pending[static_cast<std::size_t>(k)].valid()) p->kernels[k] = pending[static_cast<std::size_t>(k)].get();
+    return p;
+  }
+
+ private:
+  struct entry {
+    guard g;
+    std::shared_ptr<const program_t> prog;
+  };
+  mutable std::mutex mutex_;
+  std::vector<entry> entries_;
+  std::vector<std::string> reasons_;
+  int recompiles_ = 0;
+  bool warned_limit_ = false;
+  std::string last_failure_;
+};
+
+}  // namespace fusebox::jit
