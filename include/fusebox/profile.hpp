@@ -1,0 +1,311 @@
+// fusebox/profile.hpp: `fusebox::profile`, a recorder of what the library spends time on (JIT
+// compiles, cache hits, kernel runs), written as a Chrome trace JSON file that Perfetto
+// (ui.perfetto.dev) and chrome://tracing open.
+//
+//   fusebox::profile::start();                       // begin recording (drops earlier events)
+//   { fusebox::profile::scoped_span s("matmul", "kernel"); ... }  // a span: name, category,
+//                                                    //   start, duration, thread
+//   fusebox::profile::instant("disk hit", "cache");  // a point event
+//   fusebox::profile::stop();
+//   fusebox::profile::write_chrome_trace("trace.json");
+//
+// Off by default, and cheap when off: a span or an instant is one relaxed atomic load and
+// nothing else (no clock read, no allocation). When on, events go into one mutex-protected
+// list, bounded (max_events; later events are counted as dropped), which suits events of
+// kernel granularity (microseconds and up), not per-element tracing. A span is recorded only if
+// recording was on when it began and is still on, in the same session, when it ends.
+//
+// Output: {"traceEvents":[...],"displayTimeUnit":"ms", ...}, with complete events ("ph":"X",
+// "ts" and "dur" in microseconds since start()) and instant events ("ph":"i"), the process id
+// and a small per-thread id. Strings are escaped for JSON, and bytes that are not valid UTF-8
+// become U+FFFD, so the file always parses.
+//
+// Depends on: the C++20 standard library, POSIX getpid, fusebox/core/errors.hpp.
+#pragma once
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
+
+#include "fusebox/core/errors.hpp"
+
+namespace fusebox::profile {
+
+struct event {
+  std::string name;
+  std::string category;
+  std::string detail;    // free text shown under "args" (shapes, cache key digest)
+  double start_us = 0;   // since start()
+  double duration_us = 0;
+  std::uint32_t thread = 0;
+  bool instant = false;
+};
+
+/// Events kept per session; later ones are counted in dropped().
+inline constexpr std::size_t max_events = std::size_t{1} << 20;
+
+namespace detail {
+
+using clock = std::chrono::steady_clock;
+
+struct recorder {
+  std::atomic<bool> active{false};
+  std::atomic<std::uint64_t> session{0};  // bumped by start(): spans never cross sessions
+  std::mutex mutex;                       // guards everything below
+  clock::time_point epoch{};
+  std::vector<event> events;
+  std::uint64_t dropped = 0;
+};
+
+inline recorder& state() {
+  static recorder* r = new recorder;  // never destroyed: spans may end during static teardown
+  return *r;
+}
+
+inline std::uint32_t thread_number() {
+  static std::atomic<std::uint32_t> next{1};
+  thread_local const std::uint32_t mine = next.fetch_add(1, std::memory_order_relaxed);
+  return mine;
+}
+
+inline double micros(clock::duration d) {
+  return std::chrono::duration<double, std::micro>(d).count();
+}
+
+/// Appends `text` as a JSON string literal (with quotes).
+inline void append_json_string(std::string& out, std::string_view text) {
+  static constexpr char digits[] = "0123456789abcdef";
+  out.push_back('"');
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const auto* end = p + text.size();
+  while (p < end) {
+    const unsigned char c = *p;
+    if (c < 0x80) {
+      switch (c) {
+        case '"': out += "\\\""; break;
+        case '\\': out += "\\\\"; break;
+        case '\n': out += "\\n"; break;
+        case '\r': out += "\\r"; break;
+        case '\t': out += "\\t"; break;
+        case '\b': out += "\\b"; break;
+        case '\f': out += "\\f"; break;
+        default:
+          if (c < 0x20 || c == 0x7f) {
+            out += "\\u00";
+            out.push_back(digits[c >> 4]);
+            out.push_back(digits[c & 15]);
+          } else {
+            out.push_back(static_cast<char>(c));
+          }
+      }
+      ++p;
+      continue;
+    }
+    // A multi-byte UTF-8 sequence: copy it if well-formed (no overlongs, no surrogates, at most
+    // U+10FFFF), else write U+FFFD for the first byte and resynchronise.
+    std::size_t length = 0;
+    std::uint32_t min = 0, cp = 0;
+    if ((c & 0xe0) == 0xc0) {
+      length = 2;
+      min = 0x80;
+      cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      length = 3;
+      min = 0x800;
+      cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      length = 4;
+      min = 0x10000;
+      cp = c & 0x07;
+    }
+    bool ok = length != 0 && static_cast<std::size_t>(end - p) >= length;
+    for (std::size_t i = 1; ok && i < length; ++i) {
+      if ((p[i] & 0xc0) != 0x80) ok = false;
+      cp = (cp << 6) | (p[i] & 0x3f);
+    }
+    if (ok && cp >= min && cp <= 0x10ffff && !(cp >= 0xd800 && cp <= 0xdfff)) {
+      out.append(reinterpret_cast<const char*>(p), length);
+      p += length;
+    } else {
+      out += "\\ufffd";
+      ++p;
+    }
+  }
+  out.push_back('"');
+}
+
+inline void append_number(std::string& out, double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.3f", value);
+  out += buffer;
+}
+
+}  // namespace detail
+
+/// Begins a recording session, dropping the events of any earlier one.
+inline void start() {
+  auto& r = detail::state();
+  std::lock_guard lock(r.mutex);
+  r.events.clear();
+  r.dropped = 0;
+  r.epoch = detail::clock::now();
+  r.session.fetch_add(1, std::memory_order_relaxed);
+  r.active.store(true, std::memory_order_release);
+}
+
+/// Stops recording; the events stay until the next start() or clear().
+inline void stop() { detail::state().active.store(false, std::memory_order_release); }
+
+inline bool active() noexcept {
+  return detail::state().active.load(std::memory_order_relaxed);
+}
+
+/// Drops every recorded event (recording state unchanged).
+inline void clear() {
+  auto& r = detail::state();
+  std::lock_guard lock(r.mutex);
+  r.events.clear();
+  r.dropped = 0;
+}
+
+/// A copy of the events recorded so far.
+inline std::vector<event> events() {
+  auto& r = detail::state();
+  std::lock_guard lock(r.mutex);
+  return r.events;
+}
+
+inline std::uint64_t dropped() {
+  auto& r = detail::state();
+  std::lock_guard lock(r.mutex);
+  return r.dropped;
+}
+
+/// A point event ("disk hit", "guard failed").
+inline void instant(std::string_view name, std::string_view category = "fusebox",
+                    std::string_view info = {}) {
+  auto& r = detail::state();
+  if (!r.active.load(std::memory_order_relaxed)) return;
+  const auto now = detail::clock::now();
+  event e{std::string(name), std::string(category), std::string(info), 0, 0,
+          detail::thread_number(), true};
+  std::lock_guard lock(r.mutex);
+  if (!r.active.load(std::memory_order_relaxed)) return;
+  if (r.events.size() >= max_events) {
+    ++r.dropped;
+    return;
+  }
+  e.start_us = detail::micros(now - r.epoch);
+  r.events.push_back(std::move(e));
+}
+
+/// Records the time from construction to destruction as one span. Names are copied only when
+/// recording is on.
+class scoped_span {
+ public:
+  explicit scoped_span(std::string_view name, std::string_view category = "fusebox",
+                       std::string_view info = {}) {
+    auto& r = detail::state();
+    if (!r.active.load(std::memory_order_relaxed)) return;
+    session_ = r.session.load(std::memory_order_relaxed);
+    name_ = name;
+    category_ = category;
+    detail_ = info;
+    begin_ = detail::clock::now();
+    on_ = true;
+  }
+  scoped_span(const scoped_span&) = delete;
+  scoped_span& operator=(const scoped_span&) = delete;
+
+  /// Adds text to the span's "detail" argument (known only at the end: "cache hit").
+  void note(std::string_view text) {
+    if (!on_) return;
+    if (!detail_.empty()) detail_ += "; ";
+    detail_ += text;
+  }
+
+  ~scoped_span() {
+    if (!on_) return;
+    const auto end = detail::clock::now();
+    auto& r = detail::state();
+    std::lock_guard lock(r.mutex);
+    if (!r.active.load(std::memory_order_relaxed) ||
+        r.session.load(std::memory_order_relaxed) != session_)
+      return;
+    if (r.events.size() >= max_events) {
+      ++r.dropped;
+      return;
+    }
+    r.events.push_back(event{std::move(name_), std::move(category_), std::move(detail_),
+                             detail::micros(begin_ - r.epoch), detail::micros(end - begin_),
+                             detail::thread_number(), false});
+  }
+
+ private:
+  bool on_ = false;
+  std::uint64_t session_ = 0;
+  detail::clock::time_point begin_{};
+  std::string name_, category_, detail_;
+};
+
+/// The recorded events as Chrome trace JSON.
+inline std::string chrome_trace_json() {
+  const auto recorded = events();
+  const std::uint64_t lost = dropped();
+  const long pid = static_cast<long>(::getpid());
+  std::string out = "{\"traceEvents\":[\n";
+  // Metadata first, so the viewer names the process.
+  out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(pid) +
+         ",\"tid\":0,\"args\":{\"name\":\"fusebox\"}}";
+  for (const auto& e : recorded) {
+    out += ",\n{\"name\":";
+    detail::append_json_string(out, e.name);
+    out += ",\"cat\":";
+    detail::append_json_string(out, e.category);
+    out += e.instant ? ",\"ph\":\"i\",\"s\":\"t\"" : ",\"ph\":\"X\"";
+    out += ",\"ts\":";
+    detail::append_number(out, e.start_us);
+    if (!e.instant) {
+      out += ",\"dur\":";
+      detail::append_number(out, e.duration_us);
+    }
+    out += ",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(e.thread);
+    if (!e.detail.empty()) {
+      out += ",\"args\":{\"detail\":";
+      detail::append_json_string(out, e.detail);
+      out += "}";
+    }
+    out += "}";
+  }
+  out += "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"fusebox\",\"dropped_events\":" +
+         std::to_string(lost) + "}}\n";
+  return out;
+}
+
+/// Writes chrome_trace_json() to `path`; throws fusebox::error naming the path on failure.
+inline void write_chrome_trace(const std::filesystem::path& path) {
+  const std::string json = chrome_trace_json();
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  if (!file)
+    throw fusebox::error("fusebox::profile: cannot write '" + path.string() +
+                         "': " + std::strerror(errno));
+  const bool written = std::fwrite(json.data(), 1, json.size(), file) == json.size();
+  const bool closed = std::fclose(file) == 0;
+  if (!written || !closed)
+    throw fusebox::error("fusebox::profile: cannot write '" + path.string() +
+                         "': " + std::strerror(errno));
+}
+
+}  // namespace fusebox::profile
