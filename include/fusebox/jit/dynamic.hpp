@@ -13,7 +13,6 @@
 // Depends on: jit/{guard,specialize,kernel_store,program}.hpp, cpu/executor.hpp, options.hpp.
 #pragma once
 
-#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -139,18 +138,18 @@ class dynamic_function {
       }
     }
     const dtype t = dtype_of<T>();
-    std::vector<std::future<kernel_binary>> pending(static_cast<std::size_t>(p->plan.n_kernels));
+    std::vector<rendered_kernel> sources;
+    std::vector<int> which;
     for (int k = 0; k < p->plan.n_kernels; ++k) {
       const plan::kernel& kn = p->plan.kernels[k];
       const bool generated = kn.kind == plan::kernel_kind::rows || kn.kind == plan::kernel_kind::reduce_cols ||
                              (kn.kind == plan::kernel_kind::matmul && kn.group >= 0);
       if (!generated) continue;
-      rendered_kernel r = render_cpu_kernel(p->nodes, p->plan, k, t, p->unit_inner);
-      pending[static_cast<std::size_t>(k)] =
-          std::async(std::launch::async, [r = std::move(r)] { return kernel_store::instance().get(r); });
+      sources.push_back(render_cpu_kernel(p->nodes, p->plan, k, t, p->unit_inner));
+      which.push_back(k);
     }
-    for (int k = 0; k < p->plan.n_kernels; ++k)
-      if (pending[static_cast<std::size_t>(k)].valid()) p->kernels[k] = pending[static_cast<std::size_t>(k)].get();
+    std::vector<kernel_binary> bins = kernel_store::instance().get_all(sources);
+    for (std::size_t i = 0; i < which.size(); ++i) p->kernels[which[i]] = std::move(bins[i]);
     return p;
   }
 

@@ -55,7 +55,7 @@ inline const std::string& cpu_identity() {
 }
 
 struct loaded_kernel {
-  shared_library library;
+  std::shared_ptr<shared_library> shared;  // one object may hold several kernels
   void* fn = nullptr;
 };
 }  // namespace detail
@@ -67,23 +67,63 @@ class kernel_store {
     return store;
   }
 
-  /// The compiled kernel for `r`, loaded. Throws compile_failure (or compile_forbidden).
-  kernel_binary get(const rendered_kernel& r) {
-    cache_key key;
-    key.add("fusebox", version_string)
-        .add("codegen", std::to_string(codegen_version))
-        .add("compiler", compiler_.identity())
-        .add("cpu", detail::cpu_identity())
-        .add("source", r.source);
-    cache_outcome outcome{};
-    auto loaded = memory_.get_or_create(key, [&] { return load_or_compile(key, r); }, &outcome);
-    if (outcome == cache_outcome::hit) counters().hits.fetch_add(1, std::memory_order_relaxed);
-    kernel_binary b;
-    b.fn = loaded->fn;
-    b.locals = r.locals;
-    b.owner = loaded;
-    b.summary = r.summary;
-    return b;
+  /// The compiled kernel for each of `rs`, loaded. Kernels found in neither cache are compiled
+  /// together, in one run of the host compiler (one translation unit, one symbol per kernel),
+  /// and the object is published under each kernel's key. Throws compile_failure (or
+  /// compile_forbidden).
+  std::vector<kernel_binary> get_all(const std::vector<rendered_kernel>& rs) {
+    std::vector<kernel_binary> out(rs.size());
+    std::vector<cache_key> keys;
+    std::vector<std::size_t> missing;
+    for (std::size_t i = 0; i < rs.size(); ++i) {
+      keys.push_back(key_of(rs[i]));
+      if (auto hit = memory_.find(keys[i])) {
+        counters().hits.fetch_add(1, std::memory_order_relaxed);
+        out[i] = binary(*hit, rs[i]);
+        continue;
+      }
+      counters().misses.fetch_add(1, std::memory_order_relaxed);
+      if (disk_.enabled()) {
+        if (const disk_lookup found = disk_.find(keys[i]); found.path) {
+          out[i] = binary(remember(keys[i], load(*found.path, symbol_of(keys[i]))), rs[i]);
+          continue;
+        }
+      }
+      missing.push_back(i);
+    }
+    if (missing.empty()) return out;
+    // One translation unit: the prelude once, then each kernel under its own symbol.
+    std::string unit = "// fusebox generated kernels (" + std::to_string(missing.size()) + ")\n";
+    for (std::size_t m = 0; m < missing.size(); ++m) {
+      const std::size_t i = missing[m];
+      std::string src = rs[i].source;
+      const std::string sym = symbol_of(keys[i]);
+      if (const auto at = src.find(std::string(kernel_symbol) + "("); at != std::string::npos)
+        src.replace(at, std::string(kernel_symbol).size(), sym);
+      if (m > 0)
+        if (const auto inc = src.find("#include \"fusebox/jit/prelude.hpp\""); inc != std::string::npos)
+          src.erase(inc, src.find('\n', inc) - inc);
+      unit += src + "\n";
+      log(log_category::output_code, "kernel " + sym + ":\n" + rs[i].source);
+    }
+    compile_result built = compiler_.compile(unit, "fusebox_kernels");
+    if (!built.ok) throw compile_failure("fusebox: generated kernels failed to compile", unit, built.log);
+    std::string what;
+    for (std::size_t i : missing) what += "\n  " + rs[i].summary;
+    log(log_category::kernels, std::to_string(missing.size()) + " kernel(s) compiled in " +
+                                   std::to_string(built.seconds) + " s:" + what);
+    std::optional<std::filesystem::path> stored;
+    for (std::size_t i : missing)
+      if (disk_.enabled()) stored = disk_.store(keys[i], built.library);
+    // Load from the cache when it has the object (it outlives the compiler's temporary directory).
+    auto library = std::make_shared<shared_library>(stored ? *stored : built.library);
+    for (std::size_t i : missing) {
+      auto k = std::make_shared<detail::loaded_kernel>();
+      k->shared = library;
+      k->fn = library->symbol(symbol_of(keys[i]).c_str());
+      out[i] = binary(remember(keys[i], k), rs[i]);
+    }
+    return out;
   }
 
   /// Forgets the loaded kernels (objects stay loaded while programs use them).
@@ -92,35 +132,41 @@ class kernel_store {
   const host_compiler& compiler() const noexcept { return compiler_; }
 
  private:
-  std::shared_ptr<const detail::loaded_kernel> load_or_compile(const cache_key& key, const rendered_kernel& r) {
-    counters().misses.fetch_add(1, std::memory_order_relaxed);
+  using loaded_ptr = std::shared_ptr<const detail::loaded_kernel>;
+
+  cache_key key_of(const rendered_kernel& r) const {
+    cache_key key;
+    key.add("fusebox", version_string)
+        .add("codegen", std::to_string(codegen_version))
+        .add("compiler", compiler_.identity())
+        .add("cpu", detail::cpu_identity())
+        .add("source", r.source);
+    return key;
+  }
+  static std::string symbol_of(const cache_key& key) {
+    return std::string(kernel_symbol) + "_" + key.digest().substr(0, 24);
+  }
+  static loaded_ptr load(const std::filesystem::path& path, const std::string& symbol) {
     auto k = std::make_shared<detail::loaded_kernel>();
-    if (disk_.enabled()) {
-      const disk_lookup found = disk_.find(key);
-      if (found.path) {
-        k->library = shared_library(*found.path);
-        k->fn = k->library.symbol(kernel_symbol);
-        return k;
-      }
-    }
-    log(log_category::output_code, "kernel " + key.digest().substr(0, 16) + ":\n" + r.source);
-    compile_result built = compiler_.compile(r.source, "fusebox_kernel");
-    if (!built.ok) {
-      counters().compile_failures.fetch_add(1, std::memory_order_relaxed);
-      throw compile_failure("fusebox: generated kernel failed to compile (" + r.summary + ")", r.source, built.log);
-    }
-    log(log_category::kernels, "compiled in " + std::to_string(built.seconds) + " s: " + r.summary);
-    std::filesystem::path lib = built.library;
-    if (disk_.enabled())
-      if (auto stored = disk_.store(key, built.library)) lib = *stored;
-    k->library = shared_library(lib);
-    k->fn = k->library.symbol(kernel_symbol);
+    k->shared = std::make_shared<shared_library>(path);
+    k->fn = k->shared->symbol(symbol.c_str());
     return k;
+  }
+  loaded_ptr remember(const cache_key& key, loaded_ptr k) {
+    return memory_.get_or_create(key, [&] { return k; });
+  }
+  static kernel_binary binary(const loaded_ptr& k, const rendered_kernel& r) {
+    kernel_binary b;
+    b.fn = k->fn;
+    b.locals = r.locals;
+    b.owner = k;
+    b.summary = r.summary;
+    return b;
   }
 
   host_compiler compiler_;
   disk_cache disk_;
-  memory_cache<std::shared_ptr<const detail::loaded_kernel>> memory_;
+  memory_cache<loaded_ptr> memory_;
 };
 
 }  // namespace fusebox::jit
