@@ -346,10 +346,11 @@ class disk_cache {
       result.reason = "disk cache disabled: " + refused_;
       return result;
     }
-    const auto dir = root_ / "v1" / kind.directory / key.digest();
+    const std::string digest = key.digest();
+    const auto dir = root_ / "v1" / kind.directory / digest;
     std::string bytes;
     result = check_entry(dir, key, kind, kind.blob ? &bytes : nullptr);
-    const std::string label = std::string(kind.name) + " " + key.digest().substr(0, 16);
+    const std::string label = std::string(kind.name) + " " + digest.substr(0, 16);
     if (result.status == disk_status::hit) {
       ::utimensat(AT_FDCWD, dir.c_str(), nullptr, 0);  // the LRU clock; failure is harmless
       counters().disk_hits.fetch_add(1, std::memory_order_relaxed);
@@ -477,9 +478,10 @@ class disk_cache {
   std::optional<std::filesystem::path> store_entry(const cache_key& key, const entry_kind& kind,
                                                    const payload_source& source) const {
     if (!enabled()) return std::nullopt;
+    const std::string digest = key.digest();
     const auto kind_dir = root_ / "v1" / kind.directory;
-    const auto final_dir = kind_dir / key.digest();
-    const std::string label = std::string(kind.name) + " " + key.digest().substr(0, 16);
+    const auto final_dir = kind_dir / digest;
+    const std::string label = std::string(kind.name) + " " + digest.substr(0, 16);
     try {
       temp_directory stage(root_ / "v1" / "tmp", "store-");
       const auto [size, sha] = write_payload(stage.path() / kind.payload, source);

@@ -183,6 +183,11 @@ inline process_result run_process(const std::vector<std::string>& argv,
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 29))
   ::posix_spawn_file_actions_addchdir_np(&actions, cwd.c_str());
 #endif
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+  // The compiler gets stdin, stdout and stderr only, not this process's other descriptors
+  // (sockets, cache files) that lack O_CLOEXEC.
+  ::posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+#endif
   // The child starts with no blocked signals and default dispositions, whatever this process
   // (a server with signal-handling threads) has set up.
   sigset_t none, all;

@@ -121,7 +121,7 @@ inline std::uint32_t parse_logs(std::string_view list, log_state& state) {
 }  // namespace detail
 
 /// The name of a category as FUSEBOX_LOGS spells it.
-constexpr std::string_view name(log_category category) noexcept {
+constexpr std::string_view category_name(log_category category) noexcept {
   for (const auto& entry : detail::log_names)
     if (entry.category == category) return entry.name;
   return "unknown";
@@ -161,7 +161,7 @@ inline void set_log_sink(std::function<void(std::string_view)> sink) {
 /// of the message.
 inline void log(log_category category, std::string_view message) {
   if (!enabled(category)) return;
-  const std::string prefix = "[fusebox:" + std::string(name(category)) + "] ";
+  const std::string prefix = "[fusebox:" + std::string(category_name(category)) + "] ";
   std::string text;
   do {
     const std::size_t newline = message.find('\n');
