@@ -10,7 +10,11 @@
 // codegen_cpu,program}.hpp, version.hpp.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <fstream>
+#include <iterator>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -106,7 +110,7 @@ class kernel_store {
       unit += src + "\n";
       log(log_category::output_code, "kernel " + sym + ":\n" + rs[i].source);
     }
-    compile_result built = compiler_.compile(unit, "fusebox_kernels");
+    compile_result built = compiler_for_kernels().compile(unit, "fusebox_kernels");
     if (!built.ok) throw compile_failure("fusebox: generated kernels failed to compile", unit, built.log);
     std::string what;
     for (std::size_t i : missing) what += "\n  " + rs[i].summary;
@@ -164,7 +168,80 @@ class kernel_store {
     return b;
   }
 
+  /// The compiler with the precompiled prelude in front of the include path (built on first use;
+  /// FUSEBOX_JIT_PCH=0 turns it off). The prelude is most of a kernel's compile time; with it a
+  /// program's kernels compile in a fraction of a second. The key does not change: the code is the
+  /// same, only the compiler's work is.
+  const host_compiler& compiler_for_kernels() {
+    std::call_once(pch_once_, [this] {
+      const char* env = std::getenv("FUSEBOX_JIT_PCH");
+      if (env && std::string(env) == "0") return;
+      try {
+        if (auto dir = build_pch()) {
+          host_compiler_options o;
+          o.flags = host_compiler::default_flags();
+          o.flags.insert(o.flags.begin(), "-I" + dir->string());
+          o.flags.push_back("-Winvalid-pch");
+          pch_compiler_.emplace(o);
+        }
+      } catch (const std::exception& e) {
+        warn(std::string("fusebox: precompiled prelude unavailable (") + e.what() + "); compiling without it");
+      }
+    });
+    return pch_compiler_ ? *pch_compiler_ : compiler_;
+  }
+
+  /// Hash of the headers the prelude pulls in, so an edited header never meets a stale PCH.
+  static std::string prelude_digest(const std::filesystem::path& include) {
+    sha256 h;
+    std::error_code ec;
+    std::vector<std::filesystem::path> files;
+    for (auto it = std::filesystem::recursive_directory_iterator(include / "fusebox", ec);
+         !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec))
+      if (it->is_regular_file() && it->path().extension() == ".hpp") files.push_back(it->path());
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) {
+      std::ifstream in(f, std::ios::binary);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      h.update(f.lexically_relative(include).string());
+      h.update(text);
+    }
+    return hex(h.finish()).substr(0, 24);
+  }
+
+  /// Builds `<root>/fusebox/jit/prelude.hpp.gch` with the kernels' own flags; returns <root>.
+  std::optional<std::filesystem::path> build_pch() {
+    const std::filesystem::path include = detail::fusebox_include_dir();
+    if (include.empty()) return std::nullopt;
+    cache_key k;
+    k.add("compiler", compiler_.identity()).add("headers", prelude_digest(include));
+    const std::filesystem::path parent = disk_.enabled() ? disk_.directory() : detail::temp_root();
+    const std::filesystem::path root = parent / ("pch-" + k.digest().substr(0, 24));
+    const std::filesystem::path gch = root / "fusebox" / "jit" / "prelude.hpp.gch";
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(gch, ec)) return root;
+    temp_directory staging(parent, "pch-staging-");
+    std::filesystem::create_directories(staging.path() / "fusebox" / "jit");
+    std::vector<std::string> argv{compiler_.compiler()};
+    for (const auto& f : compiler_.flags())
+      if (f != "-shared") argv.push_back(f);
+    argv.insert(argv.end(), {"-x", "c++-header", (include / "fusebox" / "jit" / "prelude.hpp").string(), "-o",
+                             (staging.path() / "fusebox" / "jit" / "prelude.hpp.gch").string()});
+    const auto start = std::chrono::steady_clock::now();
+    const auto run = detail::run_process(argv, staging.path() / "log.txt", staging.path(), 600);
+    if (!run.exited || run.status != 0) return std::nullopt;
+    std::filesystem::remove(staging.path() / "log.txt", ec);
+    std::filesystem::rename(staging.path(), root, ec);  // another process may have won: fine
+    if (!std::filesystem::is_regular_file(gch, ec)) return std::nullopt;
+    log(log_category::kernels, "precompiled the kernel prelude in " +
+                                   std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()) +
+                                   " s: " + gch.string());
+    return root;
+  }
+
   host_compiler compiler_;
+  std::once_flag pch_once_;
+  std::optional<host_compiler> pch_compiler_;
   disk_cache disk_;
   memory_cache<loaded_ptr> memory_;
 };
