@@ -496,11 +496,17 @@ struct program {
     const std::size_t rows = outer_size(space), width = space.back(0);
     const std::size_t block = std::max<std::size_t>(VS * 16, (width + f.pool->size() - 1) / f.pool->size());
     const std::size_t blocks = (width + block - 1) / block;
+    // Input rows that differ only along the reduced axis share one output row: it is initialised
+    // and finalised once, by the input row whose coordinate along the axis is 0.
+    std::size_t inner_rows = 1;
+    for (std::size_t d = axis + 1; d + 1 < space.rank; ++d) inner_rows *= space.extent[d];
+    auto first_of_output = [&](std::size_t r) { return (r / inner_rows) % space.extent[axis] == 0; };
     auto task = [&](std::size_t t, unsigned) {
       row_addressing a = proto;
       const std::size_t c0 = t * block, c1 = std::min(width, c0 + block);
       // Identity first, over every output row this block touches.
       for (std::size_t r = 0; r < rows; ++r) {
+        if (!first_of_output(r)) continue;
         a.at_row(space, r, ids.data(), ext.size + 1);
         T* o = const_cast<T*>(a.ptr[R]);
         for (std::size_t j = c0; j < c1; ++j) o[static_cast<std::ptrdiff_t>(j) * a.inner[R]] = Op::template identity<T>();
@@ -523,6 +529,7 @@ struct program {
       }
       const std::size_t count = space.extent[axis];
       for (std::size_t r = 0; r < rows; ++r) {
+        if (!first_of_output(r)) continue;
         a.at_row(space, r, ids.data(), ext.size + 1);
         T* o = const_cast<T*>(a.ptr[R]);
         for (std::size_t j = c0; j < c1; ++j) {

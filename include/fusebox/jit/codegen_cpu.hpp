@@ -223,7 +223,10 @@ class cpu_codegen {
     const std::string os = inner_stride(r_id);
     s += "  using Op = fusebox::ops::" + std::string(rn.desc.name) + ";\n";
     s += "  const std::size_t rows = " + rows_expr + ";\n";
-    s += "  for (std::size_t r = 0; r < rows; ++r) {\n" + coordinates("r") + pointers();
+    // Every input row with the same coordinates off the reduced axis shares one output row:
+    // that row is initialised and finalised once, by the input row whose axis coordinate is 0.
+    const std::string first_of_output = "    if (i" + std::to_string(rn.desc.axis) + " != 0) continue;\n";
+    s += "  for (std::size_t r = 0; r < rows; ++r) {\n" + coordinates("r") + first_of_output + pointers();
     s += "    for (std::size_t j = c0; j < c1; ++j) " + po + "[static_cast<std::ptrdiff_t>(j) * " + os + "] = Op::identity<T>();\n  }\n";
     s += "  for (std::size_t r = 0; r < rows; ++r) {\n" + coordinates("r") + pointers();
     s += "    auto acc = [&]<class W_>(std::size_t j) {\n" + b.text("      ") +
@@ -233,7 +236,7 @@ class cpu_codegen {
     s += "    if (" + os + " == 1) {\n" + column_loop("acc", "c0", "c1") +
          "    } else {\n      for (std::size_t j = c0; j < c1; ++j) acc.template operator()<T>(j);\n    }\n  }\n";
     s += "  const std::size_t count = E" + std::to_string(rn.desc.axis) + ";\n";
-    s += "  for (std::size_t r = 0; r < rows; ++r) {\n" + coordinates("r") + pointers();
+    s += "  for (std::size_t r = 0; r < rows; ++r) {\n" + coordinates("r") + first_of_output + pointers();
     s += "    for (std::size_t j = c0; j < c1; ++j) {\n      T& x = " + po + "[static_cast<std::ptrdiff_t>(j) * " + os + "];\n      x = Op::finalize(x, count);\n    }\n  }\n}\n";
     summary_ = std::string("column ") + rn.desc.name + " over " + to_string(k_.space);
     return s;

@@ -33,7 +33,45 @@ class dynamic_function {
   static constexpr std::size_t N = Prog::N;
 
  public:
-  using program_t = program<T, N>;
+  /// Node arrays of the run-time path are padded to a few sizes (16, 32, 64, ...), so the planner,
+  /// the code generator and the host executor are instantiated once per size class rather than
+  /// once per model: compile time of the model's translation unit is a performance figure too.
+  static constexpr std::size_t NB = [] {
+    std::size_t b = 16;
+    while (b < N) b *= 2;
+    return b;
+  }();
+  using program_t = program<T, NB>;
+
+  /// The graph of Prog padded with unused scalar leaves.
+  static std::array<ir::node, NB> padded(const std::array<ir::node, N>& nodes) {
+    std::array<ir::node, NB> out{};
+    for (std::size_t i = 0; i < N; ++i) out[i] = nodes[i];
+    for (std::size_t i = N; i < NB; ++i) {
+      out[i].desc.kind = node_kind::scalar;
+      out[i].desc.name = "unused";
+    }
+    return out;
+  }
+
+  /// Runs program p on a frame of Prog (inputs, payloads and outputs bound) for these extents.
+  static void execute(const program_t& p, typename Prog::frame_t& f, const std::vector<dims>& extents,
+                      cpu::runtime& rt) {
+    const auto concrete = specialise(padded(Prog::graph::nodes), extents);
+    cpu::frame<T, NB> g;
+    for (std::size_t i = 0; i < N; ++i) {
+      g.loc[i] = f.loc[i];
+      g.copy_to[i] = f.copy_to[i];
+      g.payload[i] = f.payload[i];
+    }
+    g.pool = rt.pool;
+    p.run(g, concrete, rt, [&f](int id, cpu::frame<T, NB>& gf) {
+      for (std::size_t i = 0; i < N; ++i) f.loc[i] = gf.loc[i];
+      Prog::run_opaque_at(id, f);
+      for (std::size_t i = 0; i < N; ++i) gf.loc[i] = f.loc[i];
+      gf.keep[id] = f.keep[id];
+    });
+  }
 
   /// The facts the guards check, read from a frame whose inputs are bound.
   static call_facts facts(const typename Prog::frame_t& f, std::size_t n_args) {
@@ -112,16 +150,25 @@ class dynamic_function {
     return g;
   }
 
-  /// Builds the program of one guard: specialise, plan, render, compile (kernels in parallel).
-  static std::shared_ptr<const program_t> build(const guard& g) {
+  /// A program planned and rendered, its kernels not yet compiled (so a caller can compile the
+  /// kernels of many programs in one run of the compiler).
+  struct prepared {
+    std::shared_ptr<program_t> prog;
+    std::vector<rendered_kernel> sources;
+    std::vector<int> which;  ///< kernel index of each source
+  };
+
+  /// Specialise, plan and render the program of one guard.
+  static prepared prepare(const guard& g) {
+    prepared out;
     auto p = std::make_shared<program_t>();
-    p->nodes = specialise(Prog::graph::nodes, g.pattern);
+    p->nodes = specialise(padded(Prog::graph::nodes), g.pattern);
     p->plan = plan::make_plan(p->nodes, Prog::graph::outputs, sizeof(T));
     p->key = describe_graph(p->nodes);
     // Which memory has unit inner stride: arguments as guarded; our own buffers always; a
     // transpose of the last dimension never; anything the user hands back (graph breaks,
     // captured tensors) is read with its strides.
-    for (std::size_t i = 0; i < N; ++i) {
+    for (std::size_t i = 0; i < NB; ++i) {
       const ir::node& n = p->nodes[i];
       switch (n.desc.kind) {
         case node_kind::input: p->unit_inner[i] = g.unit_inner[n.desc.input_index]; break;
@@ -138,19 +185,29 @@ class dynamic_function {
       }
     }
     const dtype t = dtype_of<T>();
-    std::vector<rendered_kernel> sources;
-    std::vector<int> which;
     for (int k = 0; k < p->plan.n_kernels; ++k) {
       const plan::kernel& kn = p->plan.kernels[k];
       const bool generated = kn.kind == plan::kernel_kind::rows || kn.kind == plan::kernel_kind::reduce_cols ||
                              (kn.kind == plan::kernel_kind::matmul && kn.group >= 0);
       if (!generated) continue;
-      sources.push_back(render_cpu_kernel(p->nodes, p->plan, k, t, p->unit_inner));
-      which.push_back(k);
+      out.sources.push_back(render_cpu_kernel(p->nodes, p->plan, k, t, p->unit_inner));
+      out.which.push_back(k);
     }
-    std::vector<kernel_binary> bins = kernel_store::instance().get_all(sources);
-    for (std::size_t i = 0; i < which.size(); ++i) p->kernels[which[i]] = std::move(bins[i]);
-    return p;
+    out.prog = std::move(p);
+    return out;
+  }
+
+  /// Attaches compiled kernels (in the order of `prepared::sources`).
+  static std::shared_ptr<const program_t> attach(prepared&& p, std::vector<kernel_binary> bins) {
+    for (std::size_t i = 0; i < p.which.size(); ++i) p.prog->kernels[p.which[i]] = std::move(bins[i]);
+    return p.prog;
+  }
+
+  /// Builds the program of one guard: prepare, then compile its kernels in one compiler run.
+  static std::shared_ptr<const program_t> build(const guard& g) {
+    prepared p = prepare(g);
+    auto bins = kernel_store::instance().get_all(p.sources);
+    return attach(std::move(p), std::move(bins));
   }
 
  private:

@@ -96,10 +96,17 @@ class kernel_store {
       missing.push_back(i);
     }
     if (missing.empty()) return out;
-    // One translation unit: the prelude once, then each kernel under its own symbol.
-    std::string unit = "// fusebox generated kernels (" + std::to_string(missing.size()) + ")\n";
-    for (std::size_t m = 0; m < missing.size(); ++m) {
-      const std::size_t i = missing[m];
+    // One translation unit: the prelude once, then each distinct kernel under its own symbol
+    // (identical kernels in one request share a key, so they share the symbol too).
+    std::vector<std::size_t> distinct;
+    for (std::size_t i : missing) {
+      bool seen = false;
+      for (std::size_t d : distinct) seen = seen || keys[d].canonical == keys[i].canonical;
+      if (!seen) distinct.push_back(i);
+    }
+    std::string unit = "// fusebox generated kernels (" + std::to_string(distinct.size()) + ")\n";
+    for (std::size_t m = 0; m < distinct.size(); ++m) {
+      const std::size_t i = distinct[m];
       std::string src = rs[i].source;
       const std::string sym = symbol_of(keys[i]);
       if (const auto at = src.find(std::string(kernel_symbol) + "("); at != std::string::npos)
@@ -113,11 +120,11 @@ class kernel_store {
     compile_result built = compiler_for_kernels().compile(unit, "fusebox_kernels");
     if (!built.ok) throw compile_failure("fusebox: generated kernels failed to compile", unit, built.log);
     std::string what;
-    for (std::size_t i : missing) what += "\n  " + rs[i].summary;
-    log(log_category::kernels, std::to_string(missing.size()) + " kernel(s) compiled in " +
+    for (std::size_t i : distinct) what += "\n  " + rs[i].summary;
+    log(log_category::kernels, std::to_string(distinct.size()) + " kernel(s) compiled in " +
                                    std::to_string(built.seconds) + " s:" + what);
     std::optional<std::filesystem::path> stored;
-    for (std::size_t i : missing)
+    for (std::size_t i : distinct)
       if (disk_.enabled()) stored = disk_.store(keys[i], built.library);
     // Load from the cache when it has the object (it outlives the compiler's temporary directory).
     auto library = std::make_shared<shared_library>(stored ? *stored : built.library);

@@ -43,6 +43,7 @@ struct program {
   /// break's user function.
   void run(cpu::frame<T, N>& f, const std::array<ir::node, N>& concrete, cpu::runtime& rt,
            const std::function<void(int, cpu::frame<T, N>&)>& opaque) const {
+    f.pool = rt.pool;
     plan::plan_t<N> p = plan;
     plan::assign_arena(p, concrete, sizeof(T));
     std::byte* arena = rt.arena.ensure(p.arena_bytes);

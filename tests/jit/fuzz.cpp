@@ -1,0 +1,139 @@
+// Differential fuzzing (tests/jit/fuzz.hpp): FUSEBOX_FUZZ_COUNT seeded programs from
+// FUSEBOX_FUZZ_BASE, each run eagerly, through the static path, and through the JIT specialised to
+// its extents and with the row extent symbolic, against a double-precision reference. The JIT
+// kernels of every program in this part are compiled in one run of the host compiler.
+#include "fuzz.hpp"
+
+#include <functional>
+#include <memory>
+#include <utility>
+
+#ifndef FUSEBOX_FUZZ_BASE
+#define FUSEBOX_FUZZ_BASE 1000
+#endif
+#ifndef FUSEBOX_FUZZ_COUNT
+#define FUSEBOX_FUZZ_COUNT 50
+#endif
+
+namespace {
+
+using namespace fz;
+
+struct case_result {
+  std::string name;
+  std::vector<fb::jit::rendered_kernel> sources;
+  std::function<void(std::vector<fb::jit::kernel_binary>)> finish;  // runs the JIT programs and checks
+};
+
+constexpr double tolerance = 2e-4;
+
+template <std::uint64_t Seed>
+case_result run_case() {
+  constexpr std::size_t rows_choice[] = {1, 3, 17, 33};
+  constexpr std::size_t cols_choice[] = {1, 5, 16, 40};
+  constexpr std::size_t R = rows_choice[mix(Seed * 7) % 4], C = cols_choice[mix(Seed * 11) % 4];
+  using L = leaves<R, C>;
+  using E = typename gen<L, Seed, 3>::type;
+  using Prog = fb::cpu::program<float, E>;
+
+  auto x = std::make_shared<fb::tensor<float, fb::shape<R, C>>>();
+  auto w = std::make_shared<fb::tensor<float, fb::shape<C>>>();
+  auto m = std::make_shared<fb::tensor<float, fb::shape<C, C>>>();
+  x->fill_random(Seed);
+  w->fill_random(Seed + 1, 0.5f, 1.5f);
+  m->fill_random(Seed + 2, -1.0f / C, 1.0f / C);
+  std::uint64_t s = Seed;
+  auto e = std::make_shared<E>(make<E>(s));
+  auto args = std::tie(*x, *w, *m);
+
+  case_result out;
+  out.name = "program " + std::to_string(Seed) + " [" + std::to_string(R) + ", " + std::to_string(C) + "] with " +
+             std::to_string(Prog::N) + " nodes, " + std::to_string(Prog::plan.n_kernels) + " kernels";
+  const auto reference = std::make_shared<dtensor>(ref(*e, args));
+  INFO(out.name);
+  std::string why;
+
+  // Eager: op by op.
+  const auto eager_result = eager(*e, args);
+  CHECK(error_against(eager_result, *reference, &why) <= tolerance);
+
+  // Static: the plan made at build time.
+  fb::tensor<float, fb::shape_of_t<E>> static_result;
+  {
+    typename Prog::frame_t f;
+    fb::cpu::runtime rt;
+    rt.pool = &fb::cpu::shared_pool(2);
+    fb::cpu::bind_inputs<Prog>(f, std::tie(*e), args);
+    auto outs = std::tie(static_result);
+    fb::cpu::bind_and_run<Prog>(f, outs, rt);
+  }
+  CHECK(error_against(static_result, *reference, &why) <= tolerance);
+
+  // The JIT, twice: extents as they are, and rows symbolic.
+  using dynamic = fb::jit::dynamic_function<Prog>;
+  fb::jit::guard exact;
+  exact.pattern = {x->extents(), w->extents(), m->extents()};
+  exact.unit_inner = {true, true, true};
+  exact.aligned = {true, true, true};
+  std::vector<typename dynamic::prepared> prepared;
+  prepared.push_back(dynamic::prepare(exact));
+  if (R >= 2) {
+    fb::jit::guard symbolic = exact;
+    symbolic.pattern[0].extent[0] = fb::symbol(0);
+    symbolic.symbol_min = {2};
+    symbolic.symbol_max = {fb::dyn};
+    prepared.push_back(dynamic::prepare(symbolic));
+  }
+  for (const auto& p : prepared) out.sources.insert(out.sources.end(), p.sources.begin(), p.sources.end());
+  auto shared = std::make_shared<std::vector<typename dynamic::prepared>>(std::move(prepared));
+  out.finish = [=, name = out.name](std::vector<fb::jit::kernel_binary> bins) {
+    INFO(name);
+    std::size_t at = 0;
+    for (auto& p : *shared) {
+      std::vector<fb::jit::kernel_binary> mine(bins.begin() + at, bins.begin() + at + p.sources.size());
+      at += p.sources.size();
+      const auto prog = dynamic::attach(std::move(p), std::move(mine));
+      typename Prog::frame_t f;
+      fb::cpu::runtime rt;
+      rt.pool = &fb::cpu::shared_pool(2);
+      auto a = std::tie(*x, *w, *m);
+      fb::cpu::bind_inputs<Prog>(f, std::tie(*e), a);
+      fb::tensor<float, fb::shape_of_t<E>> jit_result;
+      auto outs = std::tie(jit_result);
+      fb::cpu::bind_outputs<Prog>(f, outs);
+      dynamic::execute(*prog, f, {x->extents(), w->extents(), m->extents()}, rt);
+      std::string why2;
+      CHECK(error_against(jit_result, *reference, &why2) <= tolerance);
+      INFO(why2);
+    }
+  };
+  return out;
+}
+
+template <std::size_t... I>
+std::vector<case_result> all_cases(std::index_sequence<I...>) {
+  std::vector<case_result> v;
+  (v.push_back(run_case<FUSEBOX_FUZZ_BASE + I>()), ...);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("seeded random programs agree: eager == static == JIT == double reference", "[jit][fuzz]") {
+  // A cache of this test's own, so the kernels are really generated and compiled here.
+  fb::jit::temp_directory cache_dir(fb::jit::detail::temp_root(), "fusebox-fuzz-");
+  ::setenv("FUSEBOX_CACHE_DIR", cache_dir.path().c_str(), 1);
+  std::vector<case_result> cases = all_cases(std::make_index_sequence<FUSEBOX_FUZZ_COUNT>{});
+  std::vector<fb::jit::rendered_kernel> all;
+  for (const auto& c : cases) all.insert(all.end(), c.sources.begin(), c.sources.end());
+  const auto before = fb::jit::counters().compiles.load();
+  std::vector<fb::jit::kernel_binary> bins = fb::jit::kernel_store::instance().get_all(all);
+  CHECK(fb::jit::counters().compiles.load() - before <= 1);
+  std::size_t at = 0;
+  for (auto& c : cases) {
+    std::vector<fb::jit::kernel_binary> mine(bins.begin() + at, bins.begin() + at + c.sources.size());
+    at += c.sources.size();
+    c.finish(std::move(mine));
+  }
+  CHECK(cases.size() == FUSEBOX_FUZZ_COUNT);
+}
