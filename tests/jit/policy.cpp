@@ -1,0 +1,212 @@
+// The run-time path's recompilation policy, stances and caches, through the public compile().
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include <fusebox/fusebox.hpp>
+
+namespace fb = fusebox;
+
+namespace {
+
+/// Each test case gets a private cache directory (FUSEBOX_CACHE_DIR is read when the process's
+/// kernel store is first used, so one directory serves the whole test binary).
+struct cache_dir_guard {
+  fb::jit::temp_directory dir{fb::jit::detail::temp_root(), "fusebox-policy-"};
+  cache_dir_guard() {
+    ::setenv("FUSEBOX_CACHE_DIR", dir.path().c_str(), 1);
+    ::setenv("FUSEBOX_CXXFLAGS", "-O1", 1);
+  }
+};
+cache_dir_guard& cache() {
+  static cache_dir_guard g;
+  return g;
+}
+
+auto model = [](auto x, auto w, auto b) { return fb::softmax(fb::gelu(fb::matmul(x, w) + b)); };
+using X = fb::tensor<float, fb::shape<fb::dyn, 24>>;
+fb::tensor<float, fb::shape<24, 10>> weights() {
+  fb::tensor<float, fb::shape<24, 10>> w;
+  w.fill_random(2, -0.2f, 0.2f);
+  return w;
+}
+fb::tensor<float, fb::shape<10>> bias() {
+  fb::tensor<float, fb::shape<10>> b;
+  b.fill_random(3);
+  return b;
+}
+
+void check_against_eager(const X& x, const fb::tensor<float, fb::shape<fb::dyn, 10>>& y) {
+  const auto w = weights();
+  const auto b = bias();
+  const auto e = fb::eager(model)(x, w, b);
+  REQUIRE(e.extents() == y.extents());
+  for (std::size_t i = 0; i < e.size(); ++i) REQUIRE(y.flat(i) == Approx(e.flat(i)).margin(1e-6));
+}
+
+}  // namespace
+
+TEST_CASE("automatic: a batch dimension taking 20 values compiles at most twice", "[jit][policy]") {
+  cache();
+  auto fast = fb::compile(model);
+  const auto w = weights();
+  const auto b = bias();
+  const auto before = fb::jit::counters().snapshot();
+  for (std::size_t batch = 2; batch < 22; ++batch) {
+    X x(batch);
+    x.fill_random(batch);
+    const auto y = fast(x, w, b);
+    check_against_eager(x, y);
+  }
+  const auto after = fb::jit::counters().snapshot();
+  CHECK(fast.recompiles() == 1);  // the first specialisation, then one with the batch symbolic
+  CHECK(after.compiles - before.compiles <= 2);
+  REQUIRE(!after.recompile_reasons.empty());
+  CHECK(after.recompile_reasons.back().find("argument 0 dimension 0") != std::string::npos);
+}
+
+TEST_CASE("never: every new extent recompiles until the limit, then eager with one warning", "[jit][policy]") {
+  cache();
+  std::vector<std::string> warnings;
+  fb::jit::set_log_sink([&](std::string_view line) { warnings.emplace_back(line); });
+  auto fast = fb::compile(model, {.dynamic = fb::dynamic::never, .recompile_limit = 3});
+  const auto w = weights();
+  const auto b = bias();
+  for (std::size_t batch = 2; batch < 10; ++batch) {
+    X x(batch);
+    x.fill_random(batch + 100);
+    const auto y = fast(x, w, b);
+    check_against_eager(x, y);  // still right past the limit: eager
+  }
+  fb::jit::set_log_sink(nullptr);
+  CHECK(fast.recompiles() == 3);
+  int limit_warnings = 0;
+  for (const auto& line : warnings) limit_warnings += line.find("recompile_limit (3)") != std::string::npos;
+  CHECK(limit_warnings == 1);
+}
+
+TEST_CASE("error_on_recompile throws recompile_error naming the guard and both values", "[jit][policy]") {
+  cache();
+  auto fast = fb::compile(model, {.error_on_recompile = true});
+  const auto w = weights();
+  const auto b = bias();
+  X x4(4), x5(5);
+  x4.fill_random(4);
+  x5.fill_random(5);
+  (void)fast(x4, w, b);
+  try {
+    (void)fast(x5, w, b);
+    FAIL("a recompile was allowed");
+  } catch (const fb::recompile_error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("argument 0 dimension 0") != std::string::npos);
+    CHECK(what.find("4") != std::string::npos);
+    CHECK(what.find("5") != std::string::npos);
+  }
+}
+
+TEST_CASE("stances: force_eager runs eagerly, fail_on_recompile refuses", "[jit][policy]") {
+  cache();
+  const auto w = weights();
+  const auto b = bias();
+  X x(6);
+  x.fill_random(6);
+  {
+    fb::set_stance(fb::stance::force_eager);
+    auto fast = fb::compile(model);
+    const auto compiles = fb::jit::counters().compiles.load();
+    X fresh(61);
+    fresh.fill_random(61);
+    check_against_eager(fresh, fast(fresh, w, b));
+    CHECK(fb::jit::counters().compiles.load() == compiles);
+    fb::set_stance(fb::stance::default_);
+  }
+  {
+    auto fast = fb::compile(model);
+    (void)fast(x, w, b);
+    fb::set_stance(fb::stance::fail_on_recompile);
+    X other(7);
+    other.fill_random(7);
+    CHECK_THROWS_AS(fast(other, w, b), fb::recompile_error);
+    fb::set_stance(fb::stance::default_);
+  }
+}
+
+TEST_CASE("a hinted range: symbolic guards keep to it, and an extent outside is a shape_error", "[jit][policy]") {
+  cache();
+  const auto w = weights();
+  const auto b = bias();
+  auto fast = fb::compile(model, {.dynamic = fb::dynamic::always});
+  fast.hint(0, 0, 2, 64, 16);
+  X ok(40), too_big(65);
+  ok.fill_random(40);
+  too_big.fill_random(65);
+  check_against_eager(ok, fast(ok, w, b));
+  CHECK_THROWS_AS(fast(too_big, w, b), fb::shape_error);
+}
+
+TEST_CASE("a warm process compiles nothing: a child with compiles forbidden runs from the disk cache",
+          "[jit][cache]") {
+  cache();
+  const auto w = weights();
+  const auto b = bias();
+  {
+    auto fast = fb::compile(model);
+    X x(9);
+    x.fill_random(9);
+    (void)fast(x, w, b);  // fills the disk cache
+  }
+  fb::jit::kernel_store::instance().clear_memory();
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // A fresh in-memory state: only the disk cache can serve the kernels.
+    fb::jit::forbid_compiles(true);
+    int status = 0;
+    try {
+      auto fast = fb::compile(model);
+      X x(9);
+      x.fill_random(9);
+      const auto y = fast(x, w, b);
+      const auto e = fb::eager(model)(x, w, b);
+      for (std::size_t i = 0; i < e.size(); ++i)
+        if (std::abs(y.flat(i) - e.flat(i)) > 1e-5f) status = 2;
+    } catch (...) {
+      status = 3;
+    }
+    std::_Exit(status);
+  }
+  int status = -1;
+  ::waitpid(child, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("FUSEBOX_LOGS=recompiles,guards: one line per event", "[jit][logs]") {
+  cache();
+  std::vector<std::string> lines;
+  fb::jit::set_log_sink([&](std::string_view line) { lines.emplace_back(line); });
+  fb::jit::set_logs("recompiles,guards");
+  auto fast = fb::compile(model);
+  const auto w = weights();
+  const auto b = bias();
+  X x3(3), x8(8);
+  x3.fill_random(3);
+  x8.fill_random(8);
+  (void)fast(x3, w, b);
+  (void)fast(x8, w, b);
+  fb::jit::set_logs("");
+  fb::jit::set_log_sink(nullptr);
+  int guards = 0, recompiles = 0;
+  for (const auto& l : lines) {
+    guards += l.find("[fusebox:guards]") != std::string::npos;
+    recompiles += l.find("[fusebox:recompiles]") != std::string::npos;
+  }
+  CHECK(guards == 2);
+  CHECK(recompiles == 1);
+}
