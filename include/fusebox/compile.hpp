@@ -160,13 +160,12 @@ class compiled {
       const jit::call_facts facts = dynamic.facts(f, sizeof...(Args));
       const auto prog = dynamic.select(facts, opts_, hints_, "compiled function");
       if (!prog) return detail::unwrap(eager_outputs<Outs>(args...));
-      const auto concrete = jit::specialise(Prog::graph::nodes, facts.extents);
+      const auto shapes = jit::specialise(Prog::graph::nodes, facts.extents);
       auto outs = [&]<std::size_t... R>(std::index_sequence<R...>) {
-        return Outs{std::tuple_element_t<R, Outs>(concrete[Prog::graph::outputs[R]].desc.shape)...};
+        return Outs{std::tuple_element_t<R, Outs>(shapes[Prog::graph::outputs[R]].desc.shape)...};
       }(std::make_index_sequence<std::tuple_size_v<Outs>>{});
       cpu::bind_outputs<Prog>(f, outs);
-      f.pool = rt_->pool;
-      prog->run(f, concrete, *rt_, [](int id, typename Prog::frame_t& fr) { Prog::run_opaque_at(id, fr); });
+      jit::dynamic_function<Prog>::execute(*prog, f, facts.extents, *rt_);
       return detail::unwrap(std::move(outs));
     }
   }
