@@ -137,7 +137,26 @@ class compiled {
   std::string describe(std::vector<detail::break_record>* breaks, const Args&... args) {
     auto [roots, guard] = capture(breaks, args...);
     using Prog = typename detail::program_of<decltype(roots)>::type;
-    return cpu::describe<Prog>(threads());
+    if constexpr (Prog::all_static) {
+      return cpu::describe<Prog>(threads());
+    } else {
+      // The run-time path: the specialisation this call uses (compiled now if needed), and the
+      // guards of every specialisation so far.
+      typename Prog::frame_t f;
+      const auto targs = std::tie(args...);
+      cpu::bind_inputs<Prog>(f, roots, targs);
+      auto& dynamic = dynamic_for<Prog>();
+      const jit::call_facts facts = dynamic.facts(f, sizeof...(Args));
+      const auto prog = dynamic.select(facts, opts_, hints_, "explain");
+      std::string s = "  run-time path (dyn extents), policy " +
+                      std::string(opts_.dynamic == fusebox::dynamic::automatic ? "automatic"
+                                  : opts_.dynamic == fusebox::dynamic::always  ? "always"
+                                                                                : "never") +
+                      "; guards of the specialisations (sN: symbolic):\n";
+      for (const auto& g : dynamic.guards()) s += "    " + g.text() + "\n";
+      if (!prog) return s + "  this call runs eagerly (recompile limit reached or its code failed to compile)\n";
+      return s + jit::dynamic_function<Prog>::describe(*prog, threads());
+    }
   }
 
   /// Per-thread capture settings (for a call in progress).

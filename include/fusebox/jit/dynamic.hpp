@@ -141,6 +141,28 @@ class dynamic_function {
     return e.prog;
   }
 
+  /// The plan of program p in words: each kernel, generated or on the host, with its ops, and the
+  /// symbolic extents it serves.
+  static std::string describe(const program_t& p, unsigned threads) {
+    std::string s;
+    for (int k = 0; k < p.plan.n_kernels; ++k) {
+      const plan::kernel& kn = p.plan.kernels[k];
+      std::string ops;
+      for (std::size_t i = 0; i < NB; ++i)
+        if (kn.group >= 0 && p.plan.group[i] == kn.group) ops += std::string(ops.empty() ? "" : ", ") + p.nodes[i].desc.name;
+      s += "  kernel " + std::to_string(k) + " [" + plan::name(kn.kind) + "] ";
+      if (kn.kind == plan::kernel_kind::matmul)
+        s += "gemm " + to_string(p.nodes[p.nodes[kn.node].inputs[0]].desc.shape) + " x " +
+             to_string(p.nodes[p.nodes[kn.node].inputs[1]].desc.shape) + " on the host" +
+             (ops.empty() ? "" : ", generated epilogue(" + ops + ")");
+      else if (kn.kind == plan::kernel_kind::opaque) s += "opaque (user function: graph break), on the host";
+      else if (kn.kind == plan::kernel_kind::copy) s += "copy, on the host";
+      else s += "generated: " + p.kernels[k].summary + "; ops " + ops;
+      s += "; threads " + std::to_string(threads) + "\n";
+    }
+    return s;
+  }
+
   int recompiles() const { return recompiles_; }
   std::size_t specialisations() const { return entries_.size(); }
   std::vector<guard> guards() const {
