@@ -282,6 +282,13 @@ class compiled {
   std::vector<recompile_counter> dynamic_;
 };
 
+/// Clears the in-memory kernel cache and zeroes the counters (compiled functions keep the
+/// programs they already hold; the disk cache is untouched).
+inline void reset() {
+  jit::kernel_store::instance().clear_memory();
+  jit::counters().reset();
+}
+
 /// Compiles `model` (a callable over tensors built from fusebox ops) with run-time options.
 template <class Model>
 auto compile(Model model, options opts = {}) {

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -209,4 +211,92 @@ TEST_CASE("FUSEBOX_LOGS=recompiles,guards: one line per event", "[jit][logs]") {
   }
   CHECK(guards == 2);
   CHECK(recompiles == 1);
+}
+
+TEST_CASE("a non-contiguous argument fails the stride guard and gets code that reads its strides", "[jit][guards]") {
+  cache();
+  auto t_model = [](auto x, auto w, auto b) { return fb::relu(x * 2.0f) + fb::sum(x, fb::axis<-1>, fb::keepdim) + b + w; };
+  auto fast = fb::compile(t_model);
+  fb::tensor<float, fb::shape<fb::dyn, fb::dyn>> base(13, 9), base_t(9, 13);
+  base.fill_random(21);
+  base_t.fill_random(22);
+  const auto view = base_t.transpose();  // [13, 9] with inner stride 13
+  fb::tensor<float, fb::shape<9>> w;
+  fb::tensor<float, fb::shape<fb::dyn, 1>> b(13);
+  w.fill_random(23);
+  b.fill_random(24);
+  const auto y1 = fast(base, w, b);
+  const auto y2 = fast(view, w, b);
+  CHECK(fast.recompiles() == 1);
+  const auto e1 = fb::eager(t_model)(base, w, b);
+  const auto e2 = fb::eager(t_model)(view, w, b);
+  for (std::size_t i = 0; i < e1.size(); ++i) REQUIRE(y1.flat(i) == Approx(e1.flat(i)).margin(1e-5));
+  for (std::size_t i = 0; i < e2.size(); ++i) REQUIRE(y2.flat(i) == Approx(e2.flat(i)).margin(1e-5));
+}
+
+TEST_CASE("a generated kernel that fails to compile: the call runs eagerly and the warning keeps the log",
+          "[jit][fallback]") {
+  cache();
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // A compiler flag that does not exist: every compile fails.
+    fb::jit::host_compiler_options broken;
+    broken.extra_flags = {"--no-such-flag-for-fusebox"};
+    fb::jit::kernel_store::instance().use_compiler(broken);
+    std::string warning;
+    fb::jit::set_log_sink([&](std::string_view line) { warning += line; });
+    int status = 0;
+    try {
+      auto fast = fb::compile(model);
+      X x(11);
+      x.fill_random(11);
+      const auto y = fast(x, weights(), bias());
+      const auto e = fb::eager(model)(x, weights(), bias());
+      for (std::size_t i = 0; i < e.size(); ++i)
+        if (y.flat(i) != e.flat(i)) status = 2;
+      if (warning.find("failed to compile") == std::string::npos || warning.find("no-such-flag") == std::string::npos)
+        status = 3;
+      auto strict = fb::compile(model, {.fullgraph = true});
+      try {
+        (void)strict(x, weights(), bias());
+        status = 4;  // under fullgraph a failed compile must throw
+      } catch (const fb::jit::compile_failure&) {
+      }
+    } catch (...) {
+      status = 5;
+    }
+    std::_Exit(status);
+  }
+  int status = -1;
+  ::waitpid(child, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("profile: a compiled call records compile spans, cache events and kernel runs as a Chrome trace",
+          "[jit][profile]") {
+  cache();
+  fb::reset();
+  fb::profile::start();
+  auto fast = fb::compile(model);
+  X x(12);
+  x.fill_random(12);
+  (void)fast(x, weights(), bias());
+  (void)fast(x, weights(), bias());
+  fb::profile::stop();
+  const auto events = fb::profile::events();
+  int kernels = 0, compiles_or_hits = 0;
+  for (const auto& e : events) {
+    kernels += e.category == "kernel";
+    compiles_or_hits += e.category == "compile" || e.category == "cache";
+  }
+  CHECK(kernels >= 2);
+  CHECK(compiles_or_hits >= 1);
+  fb::jit::temp_directory out(fb::jit::detail::temp_root(), "fusebox-trace-");
+  const auto path = out.path() / "trace.json";
+  fb::profile::write_chrome_trace(path);
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(text.find("\"traceEvents\"") != std::string::npos);
 }

@@ -34,6 +34,7 @@
 #include "fusebox/cpu/thread_pool.hpp"
 #include "fusebox/ir/graph.hpp"
 #include "fusebox/plan/planner.hpp"
+#include "fusebox/profile.hpp"
 
 namespace fusebox::cpu {
 
@@ -202,6 +203,7 @@ struct program {
   template <int K>
   static void run_kernel(frame_t& f) {
     constexpr plan::kernel kn = plan.kernels[K];
+    profile::scoped_span span(plan::name(kn.kind), "kernel");
     if constexpr (kn.kind == plan::kernel_kind::rows) run_rows<K>(f);
     else if constexpr (kn.kind == plan::kernel_kind::reduce_cols) run_reduce_cols<K>(f);
     else if constexpr (kn.kind == plan::kernel_kind::matmul) run_matmul<K>(f);

@@ -2,66 +2,73 @@
 //
 // What it is for: every matmul / linear layer the CPU executor runs. The planner fuses bias,
 // activation and residual into the `epilogue`, which gemm calls on each finished run of C while
-// that run is still in cache. Depends on: xsimd 8 (vector registers of the default architecture,
-// i.e. what the translation unit is compiled for: AVX-512, AVX2+FMA, SSE2, NEON), the C++20
-// standard library, and fusebox/cpu/thread_pool.hpp. No BLAS.
+// that run is still in cache. Depends on: xsimd 8 (the vector registers of the default
+// architecture, i.e. what the translation unit is compiled for: AVX-512, AVX2+FMA, SSE2, NEON),
+// the C++20 standard library, and fusebox/cpu/thread_pool.hpp. No BLAS. (One AVX-512 register
+// transpose uses <immintrin.h> directly; every other target takes a portable path.)
 //
-//   C[b][i][j] = sum_k A[b][i][k] * B[b][k][j]        (then epilogue(b, i, j0, n, &C[b][i][j0]))
+//   C[b][i][j] = sum_k A[b][i][k] * B[b][k][j]        then epilogue(b, i, j0, n, &C[b][i][j0])
 //
 // Operands are strided views (row_stride, col_stride in elements), so a transposed operand is
 // the same data with swapped strides; a batch stride of 0 shares an operand across the batch.
-// No heap allocation: packing buffers come from the caller's `workspace` (sized by
-// gemm_workspace_bytes, a constexpr function so an arena can be sized at build time).
+// C is row-major (leading dimension ldc) and must not overlap A or B. No heap allocation: the
+// packing buffers come from the caller's `workspace`, sized by gemm_workspace_bytes (constexpr,
+// so an arena can be sized at build time; it covers every layout of operands of those sizes).
+// The epilogue runs concurrently on several threads, for different runs of C.
 //
 // Numerical contract. Every output element is one chain of fused multiply-adds in increasing k,
-// starting from 0: c = fma(a[k], b[k], c) for k = 0, 1, ..., K-1 (products commute, so it does
-// not matter which operand is broadcast). Only the M == 1 "dot" path (B stored [N, K]) differs:
-// it sums vector partial sums. Threads split M and N, never K, and the tile grid is anchored
-// at (0, 0) whatever the thread count, so the result is bitwise identical for any thread count.
-// Without hardware FMA (plain SSE2) every "fma" is a multiply then an add, scalar tails included.
+// starting from 0: c = fma(a[k], b[k], c) for k = 0, 1, ..., K-1, whichever operand is
+// broadcast (products commute). Only case 3 (M <= 4 with B stored [N, K]) differs: it adds up
+// vector partial sums. Threads split M and N, never K; the tile grid is anchored at (0, 0)
+// whatever the thread count; so results are bitwise identical for any thread count. Without
+// hardware FMA (plain SSE2) every "fma" is a multiply then an add, scalar tails included.
 //
-// The cases (chosen from shapes and strides only, never from the thread count):
+// The cases, chosen from shapes and strides only (never from the thread count):
 //   1. K == 0: C = 0, then the epilogue.
-//   2. M == 1, B row-major [K, N] (col_stride 1): "gemv rows". y += x[k] * B[k, :] over a chunk
-//      of y that stays in L1, eight rows of B per pass so each pass reads eight contiguous
-//      streams. Tasks split N. B is read exactly once, at memory bandwidth.
-//   3. M == 1, B stored [N, K] (row_stride 1): "gemv dots". Four rows of B^T at a time against x
-//      (in L1), two vector accumulators per row, then a horizontal sum. Tasks split N.
-//   4. 2 <= M <= stream_max_m, B row-major: "stream B". A (small) is packed once, whole K,
-//      into MR-row slivers; B is never packed: the micro-kernel reads its rows in place (unit
-//      column stride), prefetching the next NR-column panel while it works on this one. For
-//      M = 32 packing B would cost about as much as the arithmetic it feeds.
-//   5. 2 <= M <= stream_max_m, B stored [N, K]: "stream B^T". The same with the roles swapped,
-//      computing C^T = B^T A^T: A^T is packed (whole K) into NR-wide panels, B^T's rows are
-//      broadcast in place (each row contiguous along k), and each MR x M tile of C^T goes
-//      through a small per-thread scratch before it is written to C transposed.
-//   6. Everything else (large M, general strides): BLIS-style. Loops jc (NC columns) -> pc (KC)
-//      -> [pack B panel KC x NC, shared] -> ic (MCO rows) -> [pack A block, shared] -> tasks
-//      over (MC x NB) blocks of C -> jr (NR) -> ir (MR) -> micro-kernel. Packing runs as its own
-//      parallel_for, then the compute; no barrier inside a task.
-//   Epilogue: called once per row and column run of a task's block, after the block's last K
-//   step, by the thread that computed it.
+//   2. M <= 4, B row-major [K, N] ("gemv rows"): y_i += x_i[k] * B[k, :] over a chunk of each y
+//      that stays in L1, eight rows of B per pass (eight long contiguous streams). Tasks split
+//      N into chunks of up to 2048 columns. B is read once, at memory bandwidth.
+//   3. M <= 4, B stored [N, K] ("gemv dots"): blocks of 4 (or 2) rows of B^T against the rows of
+//      A, both contiguous along k, two vector accumulators per output, then a horizontal sum.
+//   4. M > 4, B stored [N, K], and the packed A^T (M x K) within 8 MiB ("stream B^T"): computes
+//      C^T = B^T A^T so that B is never packed. A^T is packed once into NR-wide panels (shared,
+//      L2/L3); each task takes MR rows of B^T at a time, broadcast in place (each row contiguous
+//      along k, so the hardware prefetchers stream it), and accumulates an MR x M tile of C^T in
+//      a per-thread scratch, written to C transposed at the end. For M = 32 packing B^T (a
+//      transpose) would cost about half as much as the arithmetic it feeds.
+//   5. Everything else (B row-major with M > 4, general strides, huge M x K): BLIS-style. Loops
+//      jc (NC columns) -> pc (KC) -> ic (MCO rows) -> [pack the B panel KC x NC (once per jc, pc)
+//      and the A block MCO x KC, as one parallel_for] -> [tasks over (MC x NB) blocks of C, as a
+//      second parallel_for] -> jr (NR) -> ir (MR) -> micro-kernel. B row-major is packed row by
+//      row (long sequential reads); B^T through W x W register transposes.
+//   Epilogue: after a block's last K step, once per row of the block, for the block's columns.
 //
-// Micro-kernel: MR x NR tile of C in registers, NR = 2 vectors (so a row of the tile is two
-// loads of B per k), MR = 8 with 32 vector registers (AVX-512: 16 accumulators + 2 B + 1
-// broadcast; FMA latency 4 x throughput 1-2/cycle needs >= 8 independent accumulators), MR = 6
-// with 16 registers (AVX2 / SSE2: 12 accumulators, the classic Haswell 6x16). Per k the kernel
-// issues MR*2 FMAs against 2 vector loads + MR broadcasts, so it is FMA-bound, not load-bound.
+// Micro-kernel: an MR x NR tile of C in registers, NR = 2 vectors. MR = 8 with 32 vector
+// registers (AVX-512: 16 accumulators + 2 of B + 1 broadcast), MR = 6 with 16 (AVX2 / SSE2: 12
+// accumulators, the classic Haswell 6 x 16). Per k: 2 vector loads + MR broadcasts for 2*MR
+// FMAs, so it is FMA-bound (FMA latency 4 x 2 pipes needs >= 8 independent accumulators). It
+// reaches 113 GFLOP/s float on one core here with its operands in L1 (32 flop/cycle at ~3.5 GHz).
 //
-// Blocking (this machine: AMD EPYC Zen 4, 32 KiB L1d, 1 MiB L2 per core, 32 MiB L3 shared):
-//   KC: the B micro-panel KC x NR must stay in L1 while the MR-row slivers of A stream past it:
-//       KC * NR * sizeof(T) = 16 KiB (half of L1) -> KC = 128 with AVX-512, 256 with AVX2.
-//   MC: the packed A block MC x KC lives in L2 and is reused by every NR panel: MC = 144 rows
-//       (a multiple of MR) is 72 KiB at KC = 128 floats.
-//   NC: the packed B panel KC x NC lives in L3 (shared): NC = 4096 -> 2 MiB of floats.
-//   MCO: rows of A packed per round in case 6 (bounds the workspace): 1024.
+// Blocking (this machine: AMD EPYC Zen 4, 32 KiB L1d and 1 MiB L2 per core, 32 MiB L3):
+//   KC = 256: the packed B micro-panel (KC x NR, 32 KiB of floats) is read from L1/L2 by MC/MR
+//     slivers; Zen 4's L2 feeds 64 B/cycle, the kernel needs 128 B per 16 cycles, so the panel
+//     need not fit L1. A larger KC means fewer passes over C (each pass loads and stores the
+//     tile: 2 x MR x NR per KC x MR x NR FMAs). Measured: 128 is 5-10% slower, 384/512 no faster.
+//   MC = 32 * MR (256 rows): the packed A block (MC x KC, 256 KiB) lives in L2 and is reused by
+//     every B panel of the task; one block for M = 256 (measured 10% faster than 144 rows).
+//   NC = 4096: the packed B panel (KC x NC, 4 MiB of floats) lives in L3, shared by the threads.
+//   MCO = 1024: rows of A packed per round in case 5, which bounds the workspace.
+// Why not stream B in place (unpacked) when it is row-major? With a power-of-two row stride every
+// row of a KC x NR panel is a new page and falls in the same few cache sets: the hardware
+// prefetchers do not follow it and L1/L2 cannot hold a panel. Measured (M = 8..64): no faster
+// than packing it row by row, so case 5 handles it.
 //
-// Floors on this machine (measured: DRAM read ~25 GB/s with 1 or 2 threads; peak ~100 GFLOP/s
-// float per core, 32 flop/cycle):
-//   M = 1, 4096 x 4096 float: 64 MiB of B -> ~2.7 ms at 25 GB/s; 1024-wide layers: 16 MiB,
-//   which fits the 32 MiB L3, so a warm loop runs at L3 speed.
-//   M = 32, K = 1024, N = 4096: 0.27 GFLOP -> 1.3 ms on 2 cores (B: 16 MiB, 0.7 ms): compute.
-//   M = 256, K = 4096, N = 4096: 8.6 GFLOP -> 43 ms on 2 cores: compute.
+// Floors on this machine (measured in bench/gemm.cpp: DRAM read ~21-25 GB/s with 1 or 2
+// threads; OpenBLAS sgemm 2048^3 ~100 GFLOP/s per core):
+//   M = 1, 4096 x 4096 float: 64 MiB of B, ~2.7 ms at 25 GB/s (memory). The 1024-wide layers
+//     (16 MiB) fit the 32 MiB L3, so a warm loop beats the DRAM floor.
+//   M = 32, K = 1024, N = 4096: 0.27 GFLOP, 1.3 ms on 2 cores (B: 16 MiB, 0.7 ms): compute.
+//   M = 256, K = 4096, N = 4096: 8.6 GFLOP, 43 ms on 2 cores: compute.
 #pragma once
 
 #include <fusebox/cpu/thread_pool.hpp>
@@ -78,6 +85,10 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 namespace fusebox::cpu {
 
@@ -104,35 +115,21 @@ inline constexpr std::size_t vector_registers =
 
 template <class T>
 struct gemm_config {
-  using vec = xsimd::batch<T>;
-  static constexpr std::size_t w = vec::size;
-  static constexpr std::size_t nv = 2;            // vectors per tile row
-  static constexpr std::size_t nr = nv * w;       // tile columns
+  static constexpr std::size_t w = xsimd::batch<T>::size;
+  static constexpr std::size_t nv = 2;                               // vectors per tile row
+  static constexpr std::size_t nr = nv * w;                          // tile columns
   static constexpr std::size_t mr = vector_registers >= 32 ? 8 : 6;  // tile rows
-  #ifndef TUNE_KCB
-#define TUNE_KCB 16
-#endif
-  static constexpr std::size_t kc = (TUNE_KCB * 1024) / (nr * sizeof(T));  // B micro-panel: 16 KiB
-#ifndef TUNE_KCL
-#define TUNE_KCL 256
-#endif
-#ifndef TUNE_MC
-#define TUNE_MC 18
-#endif
-  static constexpr std::size_t kc_blocked = TUNE_KCL;
-  static constexpr std::size_t mc = TUNE_MC * mr;      // packed A block rows (L2)
-  static constexpr std::size_t nc = 4096;         // packed B panel columns (L3)
-  static constexpr std::size_t mco = 1024;        // rows of A packed per round (case 6)
-  // Case 4/5 ("stream") limits: the packed small operand (M x K) must fit comfortably in L2.
-#ifndef TUNE_SMAX
-#define TUNE_SMAX 64
-#endif
-  static constexpr std::size_t stream_max_m = TUNE_SMAX;
-  static constexpr std::size_t stream_pack_limit = 2u << 20;
-  // Case 2/3 task widths.
-  static constexpr std::size_t gemv_cols = 2048;  // widest y chunk: 8 KiB of floats, in L1
+  static constexpr std::size_t kc = 256;         // K block (cases 4 and 5)
+  static constexpr std::size_t mc = 32 * mr;     // rows of the packed A block per task (L2)
+  static constexpr std::size_t nc = 4096;        // columns of the packed B panel (L3)
+  static constexpr std::size_t mco = 1024;       // rows of A packed per round (case 5)
+  // Case 4 while the packed A^T (M x K) is at most this: it is streamed from L2/L3 once per
+  // MR rows of B^T.
+  static constexpr std::size_t stream_pack_limit = std::size_t(8) << 20;
+  static constexpr std::size_t narrow_max_m = 4;   // cases 2 and 3 up to this many rows of A
+  static constexpr std::size_t gemv_cols = 2048;   // widest y chunk (case 2): 8 KiB of floats, in L1
   static constexpr std::size_t gemv_rows_per_pass = 8;
-  static constexpr std::size_t dot_rows = 4;
+  static constexpr std::size_t dot_rows = 4;       // rows of B^T per block (case 3)
   static constexpr std::size_t dot_task_rows = 64;
 };
 
@@ -149,35 +146,55 @@ inline T madd(T a, T b, T c) noexcept {
 #endif
 }
 
-#ifndef TUNE_HINT
-#define TUNE_HINT 3
-#endif
 inline void prefetch_l1(const void* p) noexcept {
 #if defined(__GNUC__) || defined(__clang__)
-  __builtin_prefetch(p, 0, TUNE_HINT);
+  __builtin_prefetch(p, 0, 3);
 #else
   (void)p;
 #endif
 }
+// The address may lie past the end of the array (a prefetch never faults), so it is formed as
+// an integer rather than by pointer arithmetic.
+template <class T>
+inline void prefetch_l2(const T* base, std::ptrdiff_t elements_ahead) noexcept {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(base) +
+                                                   std::uintptr_t(elements_ahead * std::ptrdiff_t(sizeof(T)))),
+                     0, 2);
+#else
+  (void)base;
+  (void)elements_ahead;
+#endif
+}
 
 // Which of the cases in the header comment runs.
-enum class gemm_path { zero_k, gemv_rows, gemv_dots, stream_b, stream_bt, blocked };
+enum class gemm_path { zero_k, gemv_rows, gemv_dots, stream_bt, blocked };
 
 template <class T>
 constexpr bool stream_fits(std::size_t M, std::size_t K) noexcept {
   using cfg = gemm_config<T>;
-  return M >= 2 && M <= cfg::stream_max_m &&
-         round_up(M, std::max(cfg::mr, cfg::nr)) * K * sizeof(T) <= cfg::stream_pack_limit;
+  return M > cfg::narrow_max_m && round_up(M, cfg::nr) * K * sizeof(T) <= cfg::stream_pack_limit;
 }
 
 template <class T>
 constexpr gemm_path choose_path(std::size_t M, std::size_t K, std::ptrdiff_t b_rs, std::ptrdiff_t b_cs) noexcept {
   if (K == 0) return gemm_path::zero_k;
-  if (M == 1 && b_cs == 1) return gemm_path::gemv_rows;
-  if (M == 1 && b_rs == 1) return gemm_path::gemv_dots;
-  if (stream_fits<T>(M, K) && b_cs == 1) return gemm_path::stream_b;
-  if (stream_fits<T>(M, K) && b_rs == 1) return gemm_path::stream_bt;
+  if (M <= gemm_config<T>::narrow_max_m && b_cs == 1) return gemm_path::gemv_rows;
+  if (M <= gemm_config<T>::narrow_max_m && b_rs == 1) return gemm_path::gemv_dots;
+  if (stream_fits<T>(M, K) && b_rs == 1 && b_cs != 1) return gemm_path::stream_bt;
   return gemm_path::blocked;
+}
+
+// Case 5's packed panels: B is KC x round_up(NC, NR), A is round_up(MCO, MR) x KC.
+template <class T>
+constexpr std::size_t blocked_b_bytes(std::size_t N, std::size_t K) noexcept {
+  using cfg = gemm_config<T>;
+  return round_up(std::min(K, cfg::kc) * round_up(std::min(N, cfg::nc), cfg::nr) * sizeof(T), 64);
+}
+template <class T>
+constexpr std::size_t blocked_a_bytes(std::size_t M, std::size_t K) noexcept {
+  using cfg = gemm_config<T>;
+  return round_up(round_up(std::min(M, cfg::mco), cfg::mr) * std::min(K, cfg::kc) * sizeof(T), 64);
 }
 
 // Workspace layout per path; every region is rounded to 64 bytes.
@@ -193,22 +210,17 @@ constexpr gemm_layout layout_for(gemm_path p, std::size_t M, std::size_t N, std:
   gemm_layout l;
   switch (p) {
     case gemm_path::zero_k:
+      break;
     case gemm_path::gemv_rows:
-      break;
     case gemm_path::gemv_dots:
-      l.shared = round_up(K * sizeof(T), 64);  // x gathered to unit stride when needed
-      break;
-    case gemm_path::stream_b:
-      l.shared = round_up(round_up(M, cfg::mr) * K * sizeof(T), 64);
-      l.per_thread = round_up(cfg::kc * cfg::nr * 16 * sizeof(T), 64);  // a packed chunk of B
+      l.shared = round_up(M * K * sizeof(T), 64);  // rows of A gathered to unit stride when needed
       break;
     case gemm_path::stream_bt:
       l.shared = round_up(round_up(M, cfg::nr) * K * sizeof(T), 64);
       l.per_thread = round_up(cfg::mr * round_up(M, cfg::nr) * sizeof(T), 64);  // C^T scratch
       break;
-    case gemm_path::blocked:
-      l.shared = round_up(std::min(K, cfg::kc_blocked) * round_up(std::min(N, cfg::nc), cfg::nr) * sizeof(T), 64) +
-                 round_up(round_up(std::min(M, cfg::mco), cfg::mr) * std::min(K, cfg::kc_blocked) * sizeof(T), 64);
+    case gemm_path::blocked:  // double-buffered (see run_blocked)
+      l.shared = 2 * (blocked_b_bytes<T>(N, K) + blocked_a_bytes<T>(M, K));
       break;
   }
   return l;
@@ -235,32 +247,12 @@ struct kernel_args {
   T* c;
   std::ptrdiff_t ldc;
   bool accumulate;
-  // Streaming (Stream == true), when B is read in place from memory: every row of B is also
-  // stored to b_copy (row stride NR), so the following slivers read a packed, L1-resident copy,
-  // and row k + stream_prefetch_rows is prefetched (continuing into `b_next`, the panel the
-  // task reads next, near the end). Large power-of-two row strides defeat both the hardware
-  // prefetchers (every row is a new page) and the caches (the rows of a panel fall in a few
-  // sets), hence the copy and the software prefetch.
-  T* b_copy = nullptr;
-  const T* b_next = nullptr;
 };
 
-#ifndef TUNE_GPF
-#define TUNE_GPF 0
-#endif
-#ifndef TUNE_SB
-#define TUNE_SB 1
-#endif
-#ifndef TUNE_PD
-#define TUNE_PD 24
-#endif
-inline constexpr std::size_t stream_prefetch_rows = TUNE_PD;
-
-template <class T, std::size_t MR_, std::size_t NV, std::size_t APack, bool Stream>
+template <class T, std::size_t MR_, std::size_t NV, std::size_t APack>
 inline void micro_kernel(const kernel_args<T>& p) noexcept {
   using V = xsimd::batch<T>;
   constexpr std::size_t W = V::size;
-  constexpr std::size_t NR = NV * W;
   V acc[MR_][NV];
   if (p.accumulate) {
 #pragma GCC unroll 16
@@ -275,19 +267,12 @@ inline void micro_kernel(const kernel_args<T>& p) noexcept {
   }
   const T* a = p.a;
   const T* b = p.b;
-  const std::ptrdiff_t ldb = p.ldb;
+  const std::ptrdiff_t ldb = p.ldb, a_rs = p.a_rs;
   const std::ptrdiff_t a_step = APack > 0 ? std::ptrdiff_t(APack) : p.a_cs;
-  const std::ptrdiff_t a_rs = p.a_rs;
-  auto step = [&](T* copy, const T* pf) __attribute__((always_inline)) {
+  for (std::size_t k = 0; k < p.kc; ++k) {
     V bv[NV];
 #pragma GCC unroll 4
     for (std::size_t v = 0; v < NV; ++v) bv[v] = V::load_unaligned(b + v * W);
-    if constexpr (Stream) {
-#pragma GCC unroll 4
-      for (std::size_t v = 0; v < NV; ++v) bv[v].store_aligned(copy + v * W);
-#pragma GCC unroll 4
-      for (std::size_t l = 0; l < NR; l += 64 / sizeof(T)) prefetch_l1(pf + l);
-    }
 #pragma GCC unroll 16
     for (std::size_t r = 0; r < MR_; ++r) {
       const V ar(APack > 0 ? a[r] : a[std::ptrdiff_t(r) * a_rs]);
@@ -296,19 +281,6 @@ inline void micro_kernel(const kernel_args<T>& p) noexcept {
     }
     a += a_step;
     b += ldb;
-  };
-  if constexpr (Stream) {
-    constexpr std::size_t PD = stream_prefetch_rows;
-    T* copy = p.b_copy;
-    const std::size_t split = p.kc > PD ? p.kc - PD : 0;
-    if (split > 0) {
-      const T* pf = b + std::ptrdiff_t(PD) * ldb;
-      for (std::size_t k = 0; k < split; ++k, copy += NR, pf += ldb) step(copy, pf);
-    }
-    const T* pf = p.b_next;  // rows 0, 1, ... of the next panel
-    for (std::size_t k = split; k < p.kc; ++k, copy += NR, pf += ldb) step(copy, pf);
-  } else {
-    for (std::size_t k = 0; k < p.kc; ++k) step(nullptr, nullptr);
   }
 #pragma GCC unroll 16
   for (std::size_t r = 0; r < MR_; ++r)
@@ -319,12 +291,12 @@ inline void micro_kernel(const kernel_args<T>& p) noexcept {
 // A tile of m <= MR rows and n <= NR columns: m picks the kernel instantiation (so rows past m
 // are never read, which matters when A is read in place); n < NR goes through a register-sized
 // scratch tile, so B must be readable for NR columns (a zero-padded panel).
-template <class T, std::size_t APack, bool Stream, std::size_t... Ms>
+template <class T, std::size_t APack, std::size_t... Ms>
 inline void tile_rows(std::size_t m, std::size_t n, kernel_args<T> p, std::index_sequence<Ms...>) noexcept {
   using cfg = gemm_config<T>;
   constexpr std::size_t NR = cfg::nr;
   if (n == NR) {
-    (void)((m == Ms + 1 ? (micro_kernel<T, Ms + 1, cfg::nv, APack, Stream>(p), true) : false) || ...);
+    (void)((m == Ms + 1 ? (micro_kernel<T, Ms + 1, cfg::nv, APack>(p), true) : false) || ...);
     return;
   }
   alignas(64) T tile[cfg::mr * NR];
@@ -334,13 +306,13 @@ inline void tile_rows(std::size_t m, std::size_t n, kernel_args<T> p, std::index
   const std::ptrdiff_t ldc = p.ldc;
   p.c = tile;
   p.ldc = NR;
-  (void)((m == Ms + 1 ? (micro_kernel<T, Ms + 1, cfg::nv, APack, Stream>(p), true) : false) || ...);
+  (void)((m == Ms + 1 ? (micro_kernel<T, Ms + 1, cfg::nv, APack>(p), true) : false) || ...);
   for (std::size_t r = 0; r < m; ++r) std::memcpy(c + r * ldc, tile + r * NR, n * sizeof(T));
 }
 
-template <class T, std::size_t APack, bool Stream = false>
+template <class T, std::size_t APack>
 inline void tile(std::size_t m, std::size_t n, const kernel_args<T>& p) noexcept {
-  tile_rows<T, APack, Stream>(m, n, p, std::make_index_sequence<gemm_config<T>::mr>{});
+  tile_rows<T, APack>(m, n, p, std::make_index_sequence<gemm_config<T>::mr>{});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -451,6 +423,12 @@ inline void pack_b_panel(std::size_t n, std::size_t kc, const T* b, std::ptrdiff
   scalar(k0, kc, 0, n);   // rows past the last full block
 }
 
+#ifndef TUNE_RPF
+#define TUNE_RPF 0
+#endif
+#ifndef TUNE_RPD
+#define TUNE_RPD 8
+#endif
 // A chunk of `width` columns of a row-major B (unit column stride), kc rows, into panels of NR
 // columns: dst[q * kc * NR + k * NR + j] = B(k, q * NR + j), the last panel zero-padded. Rows
 // are read front to back, so the hardware prefetchers see long sequential runs.
@@ -462,6 +440,10 @@ inline void pack_b_rows(std::size_t kc, std::size_t width, const T* b, std::ptrd
   for (std::size_t k = 0; k < kc; ++k) {
     const T* row = b + std::ptrdiff_t(k) * ldb;
     T* d = dst + k * NR;
+#if TUNE_RPF
+    if (k + TUNE_RPD < kc)
+      for (std::size_t l = 0; l < width; l += 64 / sizeof(T)) __builtin_prefetch(row + std::ptrdiff_t(TUNE_RPD) * ldb + l, 0, TUNE_RPF);
+#endif
     for (std::size_t q = 0; q < full; ++q, row += NR, d += kc * NR)
 #pragma GCC unroll 4
       for (std::size_t v = 0; v < NR; v += W) V::load_unaligned(row + v).store_aligned(d + v);
@@ -482,71 +464,81 @@ struct gemm_problem {
   std::ptrdiff_t ldc;
 };
 
-// Case 2: y[0, N) = x * B, B row-major. Tasks: chunks of gemv_cols columns.
-template <class T, class Epilogue>
-void run_gemv_rows(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue, thread_pool& pool) {
+// Rows 0..MX of A as unit-stride pointers (copied to `xbuf`, MX x K, when A's column stride is
+// not 1).
+template <class T, std::size_t MX>
+inline void narrow_rows(const gemm_problem<T>& p, T* xbuf, const T* (&x)[MX]) noexcept {
+  for (std::size_t i = 0; i < MX; ++i) {
+    const T* src = p.A.data + std::ptrdiff_t(i) * p.A.row_stride;
+    if (p.A.col_stride == 1) {
+      x[i] = src;
+    } else {
+      T* dst = xbuf + i * p.K;
+      for (std::size_t k = 0; k < p.K; ++k) dst[k] = src[std::ptrdiff_t(k) * p.A.col_stride];
+      x[i] = dst;
+    }
+  }
+}
+
+// Case 2: Y[0..MX, 0..N) = X * B, B row-major. Tasks: chunks of columns; R rows of B per pass
+// over the chunk, each row used for all MX outputs.
+template <class T, std::size_t MX, class Epilogue>
+void run_gemv_rows(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue, thread_pool& pool, T* xbuf) {
   using cfg = gemm_config<T>;
   using V = xsimd::batch<T>;
   constexpr std::size_t W = V::size;
   constexpr std::size_t R = cfg::gemv_rows_per_pass;
+  const T* x[MX];
+  narrow_rows<T, MX>(p, xbuf, x);
   // Chunk width: two tasks per thread where N allows, each a long contiguous run per row.
   const std::size_t cols =
       std::clamp(round_up(ceil_div(p.N, 2 * std::size_t(pool.size())), 4 * W), std::size_t(256), cfg::gemv_cols);
   const std::size_t tasks = ceil_div(p.N, cols);
+  const std::ptrdiff_t ldb = p.B.row_stride;
   pool.parallel_for(tasks, [&](std::size_t t, unsigned) {
     const std::size_t j0 = t * cols, n = std::min(cols, p.N - j0);
     const std::size_t nvec = n / W * W;
-    T* y = p.C + j0;
-    const T* x = p.A.data;
-    const std::ptrdiff_t xs = p.A.col_stride, ldb = p.B.row_stride;
+    T* y[MX];
+    for (std::size_t i = 0; i < MX; ++i) {
+      y[i] = p.C + std::ptrdiff_t(i) * p.ldc + std::ptrdiff_t(j0);
+      std::fill(y[i], y[i] + n, T(0));
+    }
     const T* b = p.B.data + j0;
-    std::fill(y, y + n, T(0));
-    std::size_t k = 0;
-    for (; k + R <= p.K; k += R) {
-      V xv[R];
-      T xsc[R];
-      const T* rows[R];
-#pragma GCC unroll 8
-      for (std::size_t r = 0; r < R; ++r) {
-        xsc[r] = x[std::ptrdiff_t(k + r) * xs];
-        xv[r] = V(xsc[r]);
+    auto pass = [&](std::size_t k, auto rows_c) {  // rows k .. k + RR of B into every y
+      constexpr std::size_t RR = decltype(rows_c)::value;
+      T xs[MX][RR];
+      const T* rows[RR];
+      for (std::size_t r = 0; r < RR; ++r) {
         rows[r] = b + std::ptrdiff_t(k + r) * ldb;
+        for (std::size_t i = 0; i < MX; ++i) xs[i][r] = x[i][k + r];
       }
-#if TUNE_GPF
-      // The next pass's rows, one pass ahead, into L2 (they alias in L1: same column, 2^n stride).
-      const bool ahead = k + 2 * R <= p.K;
       for (std::size_t j = 0; j < nvec; j += W) {
-        V acc = V::load_unaligned(y + j);
+        V acc[MX];
+        for (std::size_t i = 0; i < MX; ++i) acc[i] = V::load_unaligned(y[i] + j);
 #pragma GCC unroll 8
-        for (std::size_t r = 0; r < R; ++r) acc = xsimd::fma(xv[r], V::load_unaligned(rows[r] + j), acc);
-        acc.store_unaligned(y + j);
-        if (ahead && (j * sizeof(T)) % 64 == 0)
+        for (std::size_t r = 0; r < RR; ++r) {
+          const V bv = V::load_unaligned(rows[r] + j);
+          for (std::size_t i = 0; i < MX; ++i) acc[i] = xsimd::fma(V(xs[i][r]), bv, acc[i]);
+        }
+        for (std::size_t i = 0; i < MX; ++i) acc[i].store_unaligned(y[i] + j);
+        // The same columns of the next pass's rows, one pass ahead, into L2. (Into L1 they would
+        // evict each other: with a power-of-two row stride they all fall in one set.) Measured
+        // 20-25% faster for M = 1; the hardware prefetchers restart at every 4 KiB page.
+        if (k + 2 * RR <= p.K && (j * sizeof(T)) % 64 == 0)
 #pragma GCC unroll 8
-          for (std::size_t r = 0; r < R; ++r) __builtin_prefetch(rows[r] + std::ptrdiff_t(R) * ldb + j, 0, TUNE_GPF);
+          for (std::size_t r = 0; r < RR; ++r) prefetch_l2(rows[r], std::ptrdiff_t(RR) * ldb + std::ptrdiff_t(j));
       }
-#else
-      for (std::size_t j = 0; j < nvec; j += W) {
-        V acc = V::load_unaligned(y + j);
-#pragma GCC unroll 8
-        for (std::size_t r = 0; r < R; ++r) acc = xsimd::fma(xv[r], V::load_unaligned(rows[r] + j), acc);
-        acc.store_unaligned(y + j);
-      }
-#endif
-      for (std::size_t j = nvec; j < n; ++j) {
-        T acc = y[j];
-        for (std::size_t r = 0; r < R; ++r) acc = madd(xsc[r], rows[r][j], acc);
-        y[j] = acc;
-      }
-    }
-    for (; k < p.K; ++k) {
-      const T xk = x[std::ptrdiff_t(k) * xs];
-      const V xv(xk);
-      const T* row = b + std::ptrdiff_t(k) * ldb;
-      for (std::size_t j = 0; j < nvec; j += W)
-        xsimd::fma(xv, V::load_unaligned(row + j), V::load_unaligned(y + j)).store_unaligned(y + j);
-      for (std::size_t j = nvec; j < n; ++j) y[j] = madd(xk, row[j], y[j]);
-    }
-    epilogue(item, std::size_t(0), j0, n, y);
+      for (std::size_t j = nvec; j < n; ++j)
+        for (std::size_t i = 0; i < MX; ++i) {
+          T acc = y[i][j];
+          for (std::size_t r = 0; r < RR; ++r) acc = madd(xs[i][r], rows[r][j], acc);
+          y[i][j] = acc;
+        }
+    };
+    std::size_t k = 0;
+    for (; k + R <= p.K; k += R) pass(k, std::integral_constant<std::size_t, R>{});
+    for (; k < p.K; ++k) pass(k, std::integral_constant<std::size_t, 1>{});
+    for (std::size_t i = 0; i < MX; ++i) epilogue(item, i, j0, n, y[i]);
   });
 }
 
@@ -561,154 +553,92 @@ inline T lane_sum(const xsimd::batch<T>& v) noexcept {
   return buf[0];
 }
 
-// Case 3 helper: out[r] = dot(x, bt row r) for ROWS rows. The per-row arithmetic does not
-// depend on ROWS, so grouping never changes a result.
-template <class T, std::size_t ROWS>
-inline void dot_rows(std::size_t K, const T* x, const T* bt, std::ptrdiff_t ldbt, T* out) noexcept {
+// Case 3 helper: out[i * ldo + r] = dot(x[i], row r of B^T) for MX x ROWS outputs. Each output
+// has its own two accumulators (even and odd vectors of k), so its arithmetic does not depend
+// on MX or ROWS: grouping never changes a result.
+template <class T, std::size_t MX, std::size_t ROWS>
+inline void dot_block(std::size_t K, const T* const* x, const T* bt, std::ptrdiff_t ldbt, T* out,
+                      std::ptrdiff_t ldo) noexcept {
   using V = xsimd::batch<T>;
   constexpr std::size_t W = V::size;
-  V acc[ROWS][2];
+  V acc[MX][ROWS][2];
   const T* rows[ROWS];
-#pragma GCC unroll 8
-  for (std::size_t r = 0; r < ROWS; ++r) {
-    acc[r][0] = acc[r][1] = V(T(0));
-    rows[r] = bt + std::ptrdiff_t(r) * ldbt;
-  }
+  for (std::size_t r = 0; r < ROWS; ++r) rows[r] = bt + std::ptrdiff_t(r) * ldbt;
+  for (std::size_t i = 0; i < MX; ++i)
+    for (std::size_t r = 0; r < ROWS; ++r) acc[i][r][0] = acc[i][r][1] = V(T(0));
   std::size_t k = 0;
   for (; k + 2 * W <= K; k += 2 * W) {
-    const V x0 = V::load_unaligned(x + k), x1 = V::load_unaligned(x + k + W);
 #pragma GCC unroll 8
     for (std::size_t r = 0; r < ROWS; ++r) {
-      acc[r][0] = xsimd::fma(x0, V::load_unaligned(rows[r] + k), acc[r][0]);
-      acc[r][1] = xsimd::fma(x1, V::load_unaligned(rows[r] + k + W), acc[r][1]);
+      if ((k * sizeof(T)) % 64 == 0) prefetch_l2(rows[r], std::ptrdiff_t(k + 4096 / sizeof(T)));  // 4 KiB ahead
+      const V b0 = V::load_unaligned(rows[r] + k), b1 = V::load_unaligned(rows[r] + k + W);
+#pragma GCC unroll 4
+      for (std::size_t i = 0; i < MX; ++i) {
+        acc[i][r][0] = xsimd::fma(V::load_unaligned(x[i] + k), b0, acc[i][r][0]);
+        acc[i][r][1] = xsimd::fma(V::load_unaligned(x[i] + k + W), b1, acc[i][r][1]);
+      }
     }
   }
   if (k + W <= K) {
-    const V x0 = V::load_unaligned(x + k);
-#pragma GCC unroll 8
-    for (std::size_t r = 0; r < ROWS; ++r) acc[r][0] = xsimd::fma(x0, V::load_unaligned(rows[r] + k), acc[r][0]);
+    for (std::size_t r = 0; r < ROWS; ++r) {
+      const V b0 = V::load_unaligned(rows[r] + k);
+      for (std::size_t i = 0; i < MX; ++i) acc[i][r][0] = xsimd::fma(V::load_unaligned(x[i] + k), b0, acc[i][r][0]);
+    }
     k += W;
   }
-#pragma GCC unroll 8
-  for (std::size_t r = 0; r < ROWS; ++r) {
-    T s = lane_sum(acc[r][0] + acc[r][1]);
-    for (std::size_t kk = k; kk < K; ++kk) s = madd(x[kk], rows[r][kk], s);
-    out[r] = s;
-  }
+  for (std::size_t i = 0; i < MX; ++i)
+    for (std::size_t r = 0; r < ROWS; ++r) {
+      T s = lane_sum(acc[i][r][0] + acc[i][r][1]);
+      for (std::size_t kk = k; kk < K; ++kk) s = madd(x[i][kk], rows[r][kk], s);
+      out[std::ptrdiff_t(i) * ldo + std::ptrdiff_t(r)] = s;
+    }
 }
 
-// Case 3: y[0, N) = x * B with B stored [N, K] (B(k, j) at data[j * col_stride + k]).
-template <class T, class Epilogue>
+// Case 3: Y[0..MX, 0..N) = X * B with B stored [N, K] (B(k, j) at data[j * col_stride + k]):
+// dot products of rows that are both contiguous. Tasks: chunks of dot_task_rows columns.
+template <class T, std::size_t MX, class Epilogue>
 void run_gemv_dots(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue, thread_pool& pool, T* xbuf) {
   using cfg = gemm_config<T>;
-  const T* x = p.A.data;
-  if (p.A.col_stride != 1) {
-    for (std::size_t k = 0; k < p.K; ++k) xbuf[k] = x[std::ptrdiff_t(k) * p.A.col_stride];
-    x = xbuf;
-  }
+  // Rows of B^T per block: 2 * MX * ROWS accumulators stay within the vector registers.
+  constexpr std::size_t ROWS = MX <= 2 ? cfg::dot_rows : cfg::dot_rows / 2;
+  const T* x[MX];
+  narrow_rows<T, MX>(p, xbuf, x);
   const std::ptrdiff_t ldbt = p.B.col_stride;
   const std::size_t tasks = ceil_div(p.N, cfg::dot_task_rows);
   pool.parallel_for(tasks, [&](std::size_t t, unsigned) {
     const std::size_t j0 = t * cfg::dot_task_rows, n = std::min(cfg::dot_task_rows, p.N - j0);
-    T* y = p.C + j0;
+    T* y = p.C + std::ptrdiff_t(j0);
     const T* bt = p.B.data + std::ptrdiff_t(j0) * ldbt;
     std::size_t j = 0;
-    for (; j + cfg::dot_rows <= n; j += cfg::dot_rows)
-      dot_rows<T, cfg::dot_rows>(p.K, x, bt + std::ptrdiff_t(j) * ldbt, ldbt, y + j);
-    for (; j < n; ++j) dot_rows<T, 1>(p.K, x, bt + std::ptrdiff_t(j) * ldbt, ldbt, y + j);
-    epilogue(item, std::size_t(0), j0, n, y);
+    for (; j + ROWS <= n; j += ROWS)
+      dot_block<T, MX, ROWS>(p.K, x, bt + std::ptrdiff_t(j) * ldbt, ldbt, y + j, p.ldc);
+    for (; j < n; ++j) dot_block<T, MX, 1>(p.K, x, bt + std::ptrdiff_t(j) * ldbt, ldbt, y + j, p.ldc);
+    for (std::size_t i = 0; i < MX; ++i) epilogue(item, i, j0, n, y + std::ptrdiff_t(i) * p.ldc);
   });
 }
 
-// Case 4: A packed once (whole K), B read in place.
-template <class T, class Epilogue>
-void run_stream_b(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue, thread_pool& pool, T* ap,
-                  T* tails, std::size_t tail_stride) {
-  using cfg = gemm_config<T>;
-  constexpr std::size_t MR = cfg::mr, NR = cfg::nr, KC = cfg::kc;
-  const std::size_t slivers = ceil_div(p.M, MR);
-  const std::size_t kchunks = ceil_div(p.K, 1024);
-  pool.parallel_for(slivers * kchunks, [&](std::size_t t, unsigned) {
-    const std::size_t s = t / kchunks, k0 = (t % kchunks) * 1024, kn = std::min<std::size_t>(1024, p.K - k0);
-    const std::size_t i0 = s * MR, m = std::min(MR, p.M - i0);
-    pack_a_sliver(m, kn, p.A.data + std::ptrdiff_t(i0) * p.A.row_stride + std::ptrdiff_t(k0) * p.A.col_stride,
-                  p.A.row_stride, p.A.col_stride, ap + s * MR * p.K + k0 * MR, MR);
-  });
-
-  // Columns per task: enough panels to amortise the task, at least 4 tasks per thread.
-  const std::size_t panels = ceil_div(p.N, NR);
-  const std::size_t per_task = std::clamp<std::size_t>(panels / (4 * pool.size()), 1, 16);
-  const std::size_t tasks = ceil_div(panels, per_task);
-#if TUNE_SB == 2
-  {const std::ptrdiff_t ldb = p.B.row_stride;
-  pool.parallel_for(tasks, [&](std::size_t t, unsigned worker) {
-    const std::size_t jb = t * per_task * NR, je = std::min(p.N, jb + per_task * NR);
-    T* chunk = tails + worker * tail_stride;  // kc x (je - jb), packed in NR panels
-    for (std::size_t pc = 0; pc < p.K; pc += KC) {
-      const std::size_t kc = std::min(KC, p.K - pc);
-      pack_b_rows(kc, je - jb, p.B.data + std::ptrdiff_t(pc) * ldb + std::ptrdiff_t(jb), ldb, chunk);
-      for (std::size_t j = jb; j < je; j += NR) {
-        const std::size_t n = std::min(NR, je - j);
-        kernel_args<T> args{kc, nullptr, 0, 0, chunk + (j - jb) * kc, std::ptrdiff_t(NR), nullptr, p.ldc, pc > 0};
-        for (std::size_t i = 0; i < p.M; i += MR) {
-          args.a = ap + (i / MR) * MR * p.K + pc * MR;
-          args.c = p.C + std::ptrdiff_t(i) * p.ldc + std::ptrdiff_t(j);
-          tile<T, MR>(std::min(MR, p.M - i), n, args);
-        }
-      }
-    }
-    for (std::size_t i = 0; i < p.M; ++i) epilogue(item, i, jb, je - jb, p.C + std::ptrdiff_t(i) * p.ldc + std::ptrdiff_t(jb));
-  });
-  return;}
-#endif
-  const std::ptrdiff_t ldb = p.B.row_stride;
-  pool.parallel_for(tasks, [&](std::size_t t, unsigned worker) {
-    const std::size_t jb = t * per_task * NR, je = std::min(p.N, jb + per_task * NR);
-    T* panel = tails + worker * tail_stride;  // kc x NR: this panel, packed
-    for (std::size_t pc = 0; pc < p.K; pc += KC) {
-      const std::size_t kc = std::min(KC, p.K - pc);
-      const T* brow = p.B.data + std::ptrdiff_t(pc) * ldb;
-      for (std::size_t j = jb; j < je; j += NR) {
-        const std::size_t n = std::min(NR, je - j);
-        kernel_args<T> args{kc, nullptr, 0, 0, brow + std::ptrdiff_t(j), ldb, nullptr, p.ldc, pc > 0};
-        std::size_t i = 0;
-        if (n < NR) {
-          pack_b_panel(n, kc, args.b, ldb, std::ptrdiff_t(1), panel, NR);
-        } else {
-          // First sliver: B in place, copied to `panel` on the way, prefetching ahead.
-          args.b_copy = panel;
-          args.b_next = j + 2 * NR <= je ? args.b + NR
-                        : pc + KC < p.K  ? p.B.data + std::ptrdiff_t(pc + KC) * ldb + std::ptrdiff_t(jb)
-                                         : args.b;
-          args.a = ap + pc * MR;
-          args.c = p.C + std::ptrdiff_t(j);
-          tile<T, MR, true>(std::min(MR, p.M), NR, args);
-          i = MR;
-        }
-        args.b = panel;
-        args.ldb = NR;
-        for (; i < p.M; i += MR) {
-          args.a = ap + (i / MR) * MR * p.K + pc * MR;
-          args.c = p.C + std::ptrdiff_t(i) * p.ldc + std::ptrdiff_t(j);
-          tile<T, MR>(std::min(MR, p.M - i), n, args);
-        }
-      }
-    }
-    for (std::size_t i = 0; i < p.M; ++i) epilogue(item, i, jb, je - jb, p.C + std::ptrdiff_t(i) * p.ldc + std::ptrdiff_t(jb));
-  });
+// Cases 2 and 3 for M = 1 .. narrow_max_m: the row count is a template parameter.
+template <class T, class Epilogue, std::size_t... Ms>
+void run_narrow(bool dots, std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue, thread_pool& pool,
+                T* xbuf, std::index_sequence<Ms...>) {
+  (void)((p.M == Ms + 1 ? ((dots ? run_gemv_dots<T, Ms + 1>(item, p, epilogue, pool, xbuf)
+                                 : run_gemv_rows<T, Ms + 1>(item, p, epilogue, pool, xbuf)),
+                           true)
+                        : false) ||
+         ...);
 }
 
-// Case 5: C^T = B^T A^T. A^T packed once (whole K) into NR-wide panels; B^T rows read in place.
+// Case 4: C^T = B^T A^T. A^T packed once (whole K) into NR-wide panels; B^T rows read in place.
 template <class T, class Epilogue>
 void run_stream_bt(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue, thread_pool& pool, T* ap,
-                   T* scratch, std::size_t scratch_stride) {
+                   T* scratch, std::size_t scratch_stride, bool pack_a) {
   using cfg = gemm_config<T>;
   constexpr std::size_t MR = cfg::mr, NR = cfg::nr, KC = cfg::kc;
   const std::size_t panels = ceil_div(p.M, NR);
   const std::size_t ldt = panels * NR;  // scratch row length
   const std::size_t kchunks = ceil_div(p.K, 1024);
   // A^T(k, i) = A(i, k): a "B-like" operand with row stride A.col_stride, column stride A.row_stride.
-  pool.parallel_for(panels * kchunks, [&](std::size_t t, unsigned) {
+  pool.parallel_for(pack_a ? panels * kchunks : 0, [&](std::size_t t, unsigned) {
     const std::size_t s = t / kchunks, k0 = (t % kchunks) * 1024, kn = std::min<std::size_t>(1024, p.K - k0);
     const std::size_t i0 = s * NR, n = std::min(NR, p.M - i0);
     pack_b_panel(n, kn, p.A.data + std::ptrdiff_t(i0) * p.A.row_stride + std::ptrdiff_t(k0) * p.A.col_stride,
@@ -741,77 +671,142 @@ void run_stream_bt(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogu
   });
 }
 
-// Case 6: BLIS-style, both operands packed.
+// Case 5: BLIS-style, both operands packed. The steps (jc, pc, ic0) are software-pipelined:
+// parallel_for number s computes step s and packs step s + 1 (double-buffered), its pack tasks
+// spread among the compute tasks, so one thread streams memory while the other computes, and
+// there is one fork-join per step.
+template <class T>
+struct blocked_buffers {
+  T* b[2];  // packed B panel, KC x round_up(NC, NR)
+  T* a[2];  // packed A block, round_up(MCO, MR) x KC
+};
+
 template <class T, class Epilogue>
-void run_blocked(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue, thread_pool& pool, T* bp, T* ap) {
+void run_blocked(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue, thread_pool& pool,
+                 const blocked_buffers<T>& buf) {
   using cfg = gemm_config<T>;
-  constexpr std::size_t MR = cfg::mr, NR = cfg::nr, KC = cfg::kc_blocked, MC = cfg::mc;
-  const unsigned threads = pool.size();
-  for (std::size_t jc = 0; jc < p.N; jc += cfg::nc) {
-    const std::size_t nc = std::min(cfg::nc, p.N - jc);
-    const std::size_t npanels = ceil_div(nc, NR);
-    for (std::size_t pc = 0; pc < p.K; pc += KC) {
-      const std::size_t kc = std::min(KC, p.K - pc);
-      const bool last_k = pc + kc == p.K;
-      for (std::size_t ic0 = 0; ic0 < p.M; ic0 += cfg::mco) {
-        const std::size_t mco = std::min(cfg::mco, p.M - ic0);
-        const std::size_t nslivers = ceil_div(mco, MR);
-        // Pack: B panels (once per jc, pc) and A slivers, in groups of 8.
-        const std::size_t bgroups = ic0 == 0 ? ceil_div(npanels, 8) : 0, agroups = ceil_div(nslivers, 8);
-        pool.parallel_for(bgroups + agroups, [&](std::size_t t, unsigned) {
-          if (t < bgroups) {
-            const std::size_t qb = t * 8, qe = std::min(npanels, qb + 8);
-            const T* src = p.B.data + std::ptrdiff_t(pc) * p.B.row_stride + std::ptrdiff_t(jc + qb * NR) * p.B.col_stride;
-            if (p.B.col_stride == 1) {  // row by row: long sequential reads
-              pack_b_rows(kc, std::min(nc, qe * NR) - qb * NR, src, p.B.row_stride, bp + qb * NR * kc);
-            } else {
-              for (std::size_t q = qb; q < qe; ++q)
-                pack_b_panel(std::min(NR, nc - q * NR), kc, src + std::ptrdiff_t((q - qb) * NR) * p.B.col_stride,
-                             p.B.row_stride, p.B.col_stride, bp + q * NR * kc, NR);
-            }
-          } else {
-            t -= bgroups;
-            for (std::size_t s = t * 8; s < std::min(nslivers, t * 8 + 8); ++s) {
-              const std::size_t i = s * MR;
-              pack_a_sliver(std::min(MR, mco - i), kc,
-                            p.A.data + std::ptrdiff_t(ic0 + i) * p.A.row_stride + std::ptrdiff_t(pc) * p.A.col_stride,
-                            p.A.row_stride, p.A.col_stride, ap + s * MR * kc, MR);
-            }
-          }
-        });
-        // Compute: (MC x NB) blocks; NB shrinks until there are >= 4 tasks per thread. The M
-        // blocks are equal (to a multiple of MR), so no block is a small remainder.
-        const std::size_t mblocks = ceil_div(mco, MC);
-        const std::size_t mc = round_up(ceil_div(mco, mblocks), MR);
-        std::size_t nb_panels = npanels;
-        while (nb_panels > 4 && mblocks * ceil_div(npanels, nb_panels) < 4 * threads) nb_panels = ceil_div(nb_panels, 2);
-        const std::size_t nblocks = ceil_div(npanels, nb_panels);
-        pool.parallel_for(mblocks * nblocks, [&](std::size_t t, unsigned) {
-          const std::size_t mbk = t % mblocks, nbk = t / mblocks;
-          const std::size_t ib = mbk * mc, ie = std::min(mco, ib + mc);
-          const std::size_t qb = nbk * nb_panels, qe = std::min(npanels, qb + nb_panels);
-          for (std::size_t q = qb; q < qe; ++q) {
-            const std::size_t j = q * NR, n = std::min(NR, nc - j);
-            for (std::size_t i = ib; i < ie; i += MR) {
-              const std::size_t m = std::min(MR, ie - i);
-              if (i + MR < ie)  // the next tile of C, which comes from L3 or memory
-                for (std::size_t r = 0; r < MR; ++r)
-                  for (std::size_t l = 0; l < n; l += 64 / sizeof(T))
-                    prefetch_l1(p.C + std::ptrdiff_t(ic0 + i + MR + r) * p.ldc + std::ptrdiff_t(jc + j + l));
-              tile<T, MR>(m, n,
-                          kernel_args<T>{kc, ap + (i / MR) * MR * kc, 0, 0, bp + q * NR * kc, std::ptrdiff_t(NR),
-                                         p.C + std::ptrdiff_t(ic0 + i) * p.ldc + std::ptrdiff_t(jc + j), p.ldc,
-                                         pc > 0});
-            }
-          }
-          if (last_k) {
-            const std::size_t j0 = jc + qb * NR, jn = std::min(nc, qe * NR) - qb * NR;
-            for (std::size_t i = ib; i < ie; ++i)
-              epilogue(item, ic0 + i, j0, jn, p.C + std::ptrdiff_t(ic0 + i) * p.ldc + std::ptrdiff_t(j0));
-          }
-        });
+  constexpr std::size_t MR = cfg::mr, NR = cfg::nr, KC = cfg::kc, MC = cfg::mc;
+  const std::size_t n_jc = ceil_div(p.N, cfg::nc), n_pc = ceil_div(p.K, KC), n_ic = ceil_div(p.M, cfg::mco);
+  const std::size_t steps = n_jc * n_pc * n_ic;
+
+  struct step {
+    std::size_t jc, nc, npanels, pc, kc, ic0, mco, nslivers;
+    std::size_t b_index;  // which (jc, pc) panel: selects the B buffer
+    bool new_b;           // first step of its (jc, pc): B must be packed
+  };
+  auto step_at = [&](std::size_t s) {
+    step st;
+    const std::size_t jci = s / (n_pc * n_ic), pci = s / n_ic % n_pc, ici = s % n_ic;
+    st.jc = jci * cfg::nc;
+    st.nc = std::min(cfg::nc, p.N - st.jc);
+    st.npanels = ceil_div(st.nc, NR);
+    st.pc = pci * KC;
+    st.kc = std::min(KC, p.K - st.pc);
+    st.ic0 = ici * cfg::mco;
+    st.mco = std::min(cfg::mco, p.M - st.ic0);
+    st.nslivers = ceil_div(st.mco, MR);
+    st.b_index = s / n_ic;
+    st.new_b = ici == 0;
+    return st;
+  };
+
+  // Pack tasks of a step: B panels in groups of 8 (if the step starts a new panel), then A
+  // slivers in groups of 8.
+  auto pack_tasks = [&](const step& st) {
+    return (st.new_b ? ceil_div(st.npanels, 8) : 0) + ceil_div(st.nslivers, 8);
+  };
+  auto pack = [&](const step& st, std::size_t s, std::size_t t) {
+    T* bp = buf.b[st.b_index % 2];
+    T* ap = buf.a[s % 2];
+    const std::size_t bgroups = st.new_b ? ceil_div(st.npanels, 8) : 0;
+    if (t < bgroups) {
+      const std::size_t qb = t * 8, qe = std::min(st.npanels, qb + 8);
+      const T* src =
+          p.B.data + std::ptrdiff_t(st.pc) * p.B.row_stride + std::ptrdiff_t(st.jc + qb * NR) * p.B.col_stride;
+      if (p.B.col_stride == 1) {  // row by row: long sequential reads
+        pack_b_rows(st.kc, std::min(st.nc, qe * NR) - qb * NR, src, p.B.row_stride, bp + qb * NR * st.kc);
+      } else {
+        for (std::size_t q = qb; q < qe; ++q)
+          pack_b_panel(std::min(NR, st.nc - q * NR), st.kc, src + std::ptrdiff_t((q - qb) * NR) * p.B.col_stride,
+                       p.B.row_stride, p.B.col_stride, bp + q * NR * st.kc, NR);
+      }
+      return;
+    }
+    t -= bgroups;
+    for (std::size_t sl = t * 8; sl < std::min(st.nslivers, t * 8 + 8); ++sl) {
+      const std::size_t i = sl * MR;
+      pack_a_sliver(std::min(MR, st.mco - i), st.kc,
+                    p.A.data + std::ptrdiff_t(st.ic0 + i) * p.A.row_stride + std::ptrdiff_t(st.pc) * p.A.col_stride,
+                    p.A.row_stride, p.A.col_stride, ap + sl * MR * st.kc, MR);
+    }
+  };
+
+  // Compute blocks of a step: (mc x NB) with equal M blocks (a multiple of MR, so no block is a
+  // small remainder); NB halves until there are >= 4 tasks per thread.
+  struct grid {
+    std::size_t mblocks, mc, nb_panels, nblocks;
+  };
+  auto grid_of = [&](const step& st) {
+    grid g;
+    g.mblocks = ceil_div(st.mco, MC);
+    g.mc = round_up(ceil_div(st.mco, g.mblocks), MR);
+    g.nb_panels = st.npanels;
+    while (g.nb_panels > 4 && g.mblocks * ceil_div(st.npanels, g.nb_panels) < 4 * std::size_t(pool.size()))
+      g.nb_panels = ceil_div(g.nb_panels, 2);
+    g.nblocks = ceil_div(st.npanels, g.nb_panels);
+    return g;
+  };
+  auto compute = [&](const step& st, const grid& g, std::size_t s, std::size_t t) {
+    const T* bp = buf.b[st.b_index % 2];
+    const T* ap = buf.a[s % 2];
+    const bool last_k = st.pc + st.kc == p.K;
+    const std::size_t mbk = t % g.mblocks, nbk = t / g.mblocks;
+    const std::size_t ib = mbk * g.mc, ie = std::min(st.mco, ib + g.mc);
+    const std::size_t qb = nbk * g.nb_panels, qe = std::min(st.npanels, qb + g.nb_panels);
+    // Panels in groups of 4, so that the epilogue reads an (mc x 4 NR) block that is still in L2.
+    for (std::size_t g0 = qb; g0 < qe; g0 += 4) {
+      const std::size_t g1 = std::min(qe, g0 + 4);
+      for (std::size_t q = g0; q < g1; ++q) {
+        const std::size_t j = q * NR, n = std::min(NR, st.nc - j);
+        for (std::size_t i = ib; i < ie; i += MR) {
+          const std::size_t m = std::min(MR, ie - i);
+          T* c = p.C + std::ptrdiff_t(st.ic0 + i) * p.ldc + std::ptrdiff_t(st.jc + j);
+          if (i + MR < ie)  // the next tile of C, which comes from L3 or memory
+            for (std::size_t r = 0; r < MR; ++r)
+              for (std::size_t l = 0; l < n; l += 64 / sizeof(T))
+                prefetch_l1(c + std::ptrdiff_t(MR + r) * p.ldc + std::ptrdiff_t(l));
+          tile<T, MR>(m, n,
+                      kernel_args<T>{st.kc, ap + (i / MR) * MR * st.kc, 0, 0, bp + q * NR * st.kc,
+                                     std::ptrdiff_t(NR), c, p.ldc, st.pc > 0});
+        }
+      }
+      if (last_k) {
+        const std::size_t j0 = st.jc + g0 * NR, jn = std::min(st.nc, g1 * NR) - g0 * NR;
+        for (std::size_t i = ib; i < ie; ++i)
+          epilogue(item, st.ic0 + i, j0, jn, p.C + std::ptrdiff_t(st.ic0 + i) * p.ldc + std::ptrdiff_t(j0));
       }
     }
+  };
+
+  {
+    const step first = step_at(0);
+    pool.parallel_for(pack_tasks(first), [&](std::size_t t, unsigned) { pack(first, 0, t); });
+  }
+  for (std::size_t s = 0; s < steps; ++s) {
+    const step cur = step_at(s);
+    const grid g = grid_of(cur);
+    const std::size_t ct = g.mblocks * g.nblocks;
+    const bool more = s + 1 < steps;
+    const step next = more ? step_at(s + 1) : cur;
+    const std::size_t pt = more ? pack_tasks(next) : 0, total = ct + pt;
+    pool.parallel_for(total, [&](std::size_t t, unsigned) {
+      // Task t is a pack task where the running count t * pt / total steps up.
+      const std::size_t before = t * pt / total, after = (t + 1) * pt / total;
+      if (after > before)
+        pack(next, s + 1, before);
+      else
+        compute(cur, g, s, t - before);
+    });
   }
 }
 
@@ -826,14 +821,19 @@ constexpr std::size_t gemm_workspace_bytes(std::size_t batch, std::size_t M, std
   if (batch == 0 || M == 0 || N == 0 || K == 0) return 0;
   if (threads == 0) threads = 1;
   std::size_t bytes = detail::layout_for<T>(gemm_path::blocked, M, N, K).total(threads);
-  if (M == 1) bytes = std::max(bytes, detail::layout_for<T>(gemm_path::gemv_dots, M, N, K).total(threads));
-  if (detail::stream_fits<T>(M, K)) {
-    bytes = std::max(bytes, detail::layout_for<T>(gemm_path::stream_b, M, N, K).total(threads));
+  if (M <= detail::gemm_config<T>::narrow_max_m)
+    bytes = std::max(bytes, detail::layout_for<T>(gemm_path::gemv_dots, M, N, K).total(threads));
+  if (detail::stream_fits<T>(M, K))
     bytes = std::max(bytes, detail::layout_for<T>(gemm_path::stream_bt, M, N, K).total(threads));
-  }
   return bytes;
 }
 
+// C[b] = A[b] * B[b] for b < batch, then epilogue(b, i, j0, n, &C[b][i][j0]) exactly once per row
+// i and column run [j0, j0 + n) of each C[b] (the runs of a row partition [0, N)), after those
+// values are final, on the thread that computed them; it may rewrite them in place. The
+// workspace must hold gemm_workspace_bytes<T>(batch, M, N, K, pool.size()) bytes (any
+// alignment) and must not be shared by concurrent calls. Throws std::invalid_argument if it is
+// smaller; rethrows the first exception of the epilogue.
 template <class T, class Epilogue>
 void gemm(std::size_t batch, std::size_t M, std::size_t N, std::size_t K, matrix_view<T> A,
           std::ptrdiff_t a_batch_stride, matrix_view<T> B, std::ptrdiff_t b_batch_stride, T* C, std::ptrdiff_t ldc,
@@ -878,25 +878,21 @@ void gemm(std::size_t batch, std::size_t M, std::size_t N, std::size_t K, matrix
         ldc};
     switch (path) {
       case gemm_path::gemv_rows:
-        detail::run_gemv_rows(b, p, epilogue, pool);
-        break;
       case gemm_path::gemv_dots:
-        detail::run_gemv_dots(b, p, epilogue, pool, shared);
+        detail::run_narrow(path == gemm_path::gemv_dots, b, p, epilogue, pool, shared,
+                           std::make_index_sequence<detail::gemm_config<T>::narrow_max_m>{});
         break;
-      case gemm_path::stream_b:
-        detail::run_stream_b(b, p, epilogue, pool, shared, per_thread, per_thread_elems);
-        break;
-      case gemm_path::stream_bt:
-        detail::run_stream_bt(b, p, epilogue, pool, shared, per_thread, per_thread_elems);
+      case gemm_path::stream_bt:  // A shared across the batch: packed once
+        detail::run_stream_bt(b, p, epilogue, pool, shared, per_thread, per_thread_elems,
+                              b == 0 || a_batch_stride != 0);
         break;
       case gemm_path::blocked: {
-        using cfg = detail::gemm_config<T>;
-        T* bp = shared;
-        T* ap = reinterpret_cast<T*>(reinterpret_cast<std::byte*>(shared) +
-                                     detail::round_up(std::min(K, cfg::kc_blocked) *
-                                                          detail::round_up(std::min(N, cfg::nc), cfg::nr) * sizeof(T),
-                                                      64));
-        detail::run_blocked(b, p, epilogue, pool, bp, ap);
+        const std::size_t b_bytes = detail::blocked_b_bytes<T>(N, K), a_bytes = detail::blocked_a_bytes<T>(M, K);
+        std::byte* at = base;
+        detail::blocked_buffers<T> buf;
+        for (int i = 0; i < 2; ++i, at += b_bytes) buf.b[i] = reinterpret_cast<T*>(at);
+        for (int i = 0; i < 2; ++i, at += a_bytes) buf.a[i] = reinterpret_cast<T*>(at);
+        detail::run_blocked(b, p, epilogue, pool, buf);
         break;
       }
       case gemm_path::zero_k:

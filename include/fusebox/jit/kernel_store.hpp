@@ -28,6 +28,7 @@
 #include "fusebox/jit/memory_cache.hpp"
 #include "fusebox/jit/program.hpp"
 #include "fusebox/jit/shared_library.hpp"
+#include "fusebox/profile.hpp"
 #include "fusebox/version.hpp"
 
 namespace fusebox::jit {
@@ -83,12 +84,14 @@ class kernel_store {
       keys.push_back(key_of(rs[i]));
       if (auto hit = memory_.find(keys[i])) {
         counters().hits.fetch_add(1, std::memory_order_relaxed);
+        profile::instant("kernel cache hit", "cache", rs[i].summary);
         out[i] = binary(*hit, rs[i]);
         continue;
       }
       counters().misses.fetch_add(1, std::memory_order_relaxed);
       if (disk_.enabled()) {
         if (const disk_lookup found = disk_.find(keys[i]); found.path) {
+          profile::instant("kernel disk hit", "cache", rs[i].summary);
           out[i] = binary(remember(keys[i], load(*found.path, symbol_of(keys[i]))), rs[i]);
           continue;
         }
@@ -140,7 +143,16 @@ class kernel_store {
   /// Forgets the loaded kernels (objects stay loaded while programs use them).
   void clear_memory() { memory_.clear(); }
   disk_cache& disk() noexcept { return disk_; }
-  const host_compiler& compiler() const noexcept { return compiler_; }
+  const host_compiler& compiler() const noexcept { return *compiler_; }
+
+  /// Replaces the compiler (and drops the precompiled prelude): for tests and for programs that
+  /// want other flags than FUSEBOX_CXX / FUSEBOX_CXXFLAGS gave at start-up. Keys change with it.
+  void use_compiler(host_compiler_options o) {
+    std::call_once(pch_once_, [] {});
+    std::lock_guard lock(compiler_mutex_);
+    compiler_ = std::make_unique<host_compiler>(std::move(o));
+    pch_compiler_.reset();
+  }
 
  private:
   using loaded_ptr = std::shared_ptr<const detail::loaded_kernel>;
@@ -149,7 +161,7 @@ class kernel_store {
     cache_key key;
     key.add("fusebox", version_string)
         .add("codegen", std::to_string(codegen_version))
-        .add("compiler", compiler_.identity())
+        .add("compiler", compiler_->identity())
         .add("cpu", detail::cpu_identity())
         .add("source", r.source);
     return key;
@@ -189,13 +201,14 @@ class kernel_store {
           o.flags = host_compiler::default_flags();
           o.flags.insert(o.flags.begin(), "-I" + dir->string());
           o.flags.push_back("-Winvalid-pch");
-          pch_compiler_.emplace(o);
+          pch_compiler_ = std::make_unique<host_compiler>(o);
         }
       } catch (const std::exception& e) {
         warn(std::string("fusebox: precompiled prelude unavailable (") + e.what() + "); compiling without it");
       }
     });
-    return pch_compiler_ ? *pch_compiler_ : compiler_;
+    std::lock_guard lock(compiler_mutex_);
+    return pch_compiler_ ? *pch_compiler_ : *compiler_;
   }
 
   /// Hash of the headers the prelude pulls in, so an edited header never meets a stale PCH.
@@ -221,7 +234,7 @@ class kernel_store {
     const std::filesystem::path include = detail::fusebox_include_dir();
     if (include.empty()) return std::nullopt;
     cache_key k;
-    k.add("compiler", compiler_.identity()).add("headers", prelude_digest(include));
+    k.add("compiler", compiler_->identity()).add("headers", prelude_digest(include));
     const std::filesystem::path parent = disk_.enabled() ? disk_.directory() : detail::temp_root();
     const std::filesystem::path root = parent / ("pch-" + k.digest().substr(0, 24));
     const std::filesystem::path gch = root / "fusebox" / "jit" / "prelude.hpp.gch";
@@ -229,8 +242,8 @@ class kernel_store {
     if (std::filesystem::is_regular_file(gch, ec)) return root;
     temp_directory staging(parent, "pch-staging-");
     std::filesystem::create_directories(staging.path() / "fusebox" / "jit");
-    std::vector<std::string> argv{compiler_.compiler()};
-    for (const auto& f : compiler_.flags())
+    std::vector<std::string> argv{compiler_->compiler()};
+    for (const auto& f : compiler_->flags())
       if (f != "-shared") argv.push_back(f);
     argv.insert(argv.end(), {"-x", "c++-header", (include / "fusebox" / "jit" / "prelude.hpp").string(), "-o",
                              (staging.path() / "fusebox" / "jit" / "prelude.hpp.gch").string()});
@@ -246,9 +259,10 @@ class kernel_store {
     return root;
   }
 
-  host_compiler compiler_;
+  std::unique_ptr<host_compiler> compiler_ = std::make_unique<host_compiler>();
   std::once_flag pch_once_;
-  std::optional<host_compiler> pch_compiler_;
+  std::unique_ptr<host_compiler> pch_compiler_;
+  std::mutex compiler_mutex_;
   disk_cache disk_;
   memory_cache<loaded_ptr> memory_;
 };

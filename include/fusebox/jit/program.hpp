@@ -19,6 +19,7 @@
 #include "fusebox/cpu/invoke.hpp"
 #include "fusebox/jit/kernel_abi.hpp"
 #include "fusebox/plan/planner.hpp"
+#include "fusebox/profile.hpp"
 
 namespace fusebox::jit {
 
@@ -68,6 +69,7 @@ struct program {
     f.workspace_bytes = rt.workspace.size();
     for (int k = 0; k < p.n_kernels; ++k) {
       const plan::kernel& kn = p.kernels[k];
+      profile::scoped_span span(kernels[k].summary.empty() ? plan::name(kn.kind) : kernels[k].summary, "kernel");
       switch (kn.kind) {
         case plan::kernel_kind::rows: run_rows(f, concrete, k, kn, scratch_stride, *rt.pool); break;
         case plan::kernel_kind::reduce_cols: run_cols(f, concrete, k, kn, *rt.pool); break;
