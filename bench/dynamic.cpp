@@ -1,0 +1,218 @@
+// bench/dynamic.cpp: the run-time path (issue 3) on W1c, W2c and W3c with the batch dimension
+// `dyn`, beside the static path on the same shapes, in one run:
+//   - JIT vs static speed after warm-up, for the first (exact) specialisation and for the
+//     symbolic one that follows a batch change;
+//   - cold compile seconds per graph (the kernel prelude precompiled first, and its one-time cost
+//     reported on its own line);
+//   - warm start in a fresh process from the disk cache: process start to first result;
+//   - a variable-batch workload (sizes drawn from 1..256): compiles stay at 2 with `automatic`.
+// Prints JSON lines (BENCHMARKS.md fields) and a table.
+//   dynamic [--threads N]            everything
+//   dynamic --warm-child W CACHE     (internal) the fresh process of the warm-start measurement
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fusebox/fusebox.hpp>
+
+#include "harness.hpp"
+
+namespace fb = fusebox;
+namespace bench = fusebox::bench;
+using bench::fmt;
+
+namespace {
+
+const auto process_start = std::chrono::steady_clock::now();
+
+auto w1 = [](auto x, auto w, auto b) { return fb::gelu(x * w + b) * fb::sigmoid(x); };
+auto w2 = [](auto x, auto g, auto b) { return fb::layer_norm(fb::softmax(x), g, b, 1e-5f); };
+auto w3 = [](auto x, auto w1_, auto b1, auto w2_, auto b2, auto w3_, auto b3) {
+  auto h1 = fb::gelu(fb::matmul(x, w1_) + b1);
+  auto h2 = fb::gelu(fb::matmul(h1, w2_) + b2);
+  return fb::matmul(h2, w3_) + b3;
+};
+
+template <std::size_t N>
+using vec = fb::tensor<float, fb::shape<N>>;
+template <std::size_t R, std::size_t C>
+using mat = fb::tensor<float, fb::shape<R, C>>;
+template <std::size_t C>
+using dmat = fb::tensor<float, fb::shape<fb::dyn, C>>;
+
+struct mlp_weights {
+  mat<1024, 4096> w1;
+  vec<4096> b1;
+  mat<4096, 4096> w2;
+  vec<4096> b2;
+  mat<4096, 1024> w3;
+  vec<1024> b3;
+  mlp_weights() {
+    w1.fill_random(11, -0.03f, 0.03f);
+    b1.fill_random(12);
+    w2.fill_random(13, -0.015f, 0.015f);
+    b2.fill_random(14);
+    w3.fill_random(15, -0.015f, 0.015f);
+    b3.fill_random(16);
+  }
+};
+
+std::vector<bench::record> records;
+bench::table tab({"workload", "mode", "threads", "median ms", "vs static", "compile s", "note"});
+
+void add(bench::record r, double static_us) {
+  tab.add({r.workload, r.mode, std::to_string(r.threads), r.median_us > 0 ? fmt("%.3f", r.median_us / 1e3) : "-",
+           r.median_us > 0 && static_us > 0 ? fmt("%.2fx", static_us / r.median_us) : "-",
+           r.compile_s >= 0 ? fmt("%.2f", r.compile_s) : "-", r.note});
+  std::printf("%s\n", bench::to_json(r).c_str());
+  records.push_back(std::move(r));
+}
+
+double seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// Static vs JIT (exact, then symbolic) for one workload at batch B.
+template <class Model, class StaticArgs, class DynArgs, class OtherArgs>
+void compare(const char* name, Model model, unsigned threads, const StaticArgs& s_args, const DynArgs& d_args,
+             const OtherArgs& other_args) {
+  auto fast_static = fb::compile(model, {.threads = threads});
+  const bench::timing ts = bench::measure([&] { std::apply([&](const auto&... a) { (void)fast_static(a...); }, s_args); });
+  bench::record rs{name, "fusebox", "compiled"};
+  rs.threads = threads;
+  rs.set(ts);
+  rs.note = "static path";
+  add(rs, ts.median_us);
+
+  auto fast_dyn = fb::compile(model, {.threads = threads});
+  const auto compiles0 = fb::jit::counters().compiles.load();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::apply([&](const auto&... a) { (void)fast_dyn(a...); }, d_args);
+  const double cold = seconds(t0);
+  const bench::timing te = bench::measure([&] { std::apply([&](const auto&... a) { (void)fast_dyn(a...); }, d_args); });
+  bench::record re{std::string(name) + "_dyn", "fusebox", "jit"};
+  re.threads = threads;
+  re.set(te);
+  re.compile_s = cold;
+  re.note = "exact specialisation; first call " + fmt("%.2f s", cold) + ", " +
+            std::to_string(fb::jit::counters().compiles.load() - compiles0) + " compile(s)";
+  add(re, ts.median_us);
+
+  // A different batch first: the batch becomes symbolic; then time the original batch on it.
+  const auto t1 = std::chrono::steady_clock::now();
+  std::apply([&](const auto&... a) { (void)fast_dyn(a...); }, other_args);
+  const double recompile = seconds(t1);
+  const bench::timing tsym = bench::measure([&] { std::apply([&](const auto&... a) { (void)fast_dyn(a...); }, d_args); });
+  bench::record rsym{std::string(name) + "_dyn", "fusebox", "jit"};
+  rsym.threads = threads;
+  rsym.set(tsym);
+  rsym.compile_s = recompile;
+  rsym.note = "batch symbolic (after a recompile of " + fmt("%.2f s", recompile) + ")";
+  add(rsym, ts.median_us);
+}
+
+int warm_child(const std::string& which) {
+  // Fresh process, warm disk cache: nothing may compile.
+  fb::jit::forbid_compiles(true);
+  if (which == "W3c") {
+    mlp_weights w;
+    dmat<1024> x(32);
+    x.fill_random(1);
+    auto fast = fb::compile(w3);
+    const auto before = std::chrono::steady_clock::now();
+    const auto y = fast(x, w.w1, w.b1, w.w2, w.b2, w.w3, w.b3);
+    const double first = seconds(before);
+    const auto again = std::chrono::steady_clock::now();
+    (void)fast(x, w.w1, w.b1, w.w2, w.b2, w.w3, w.b3);
+    const double run = seconds(again);
+    std::printf("{\"first_result_since_start_s\":%.4f,\"first_call_s\":%.4f,\"run_s\":%.4f,\"check\":%g}\n",
+                seconds(process_start), first, run, static_cast<double>(y.flat(7)));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "--warm-child") {
+    ::setenv("FUSEBOX_CACHE_DIR", argv[3], 1);
+    return warm_child(argv[2]);
+  }
+  unsigned threads = 2;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--threads") threads = static_cast<unsigned>(std::atoi(argv[i + 1]));
+  fb::jit::temp_directory cache(fb::jit::detail::temp_root(), "fusebox-bench-cache-");
+  ::setenv("FUSEBOX_CACHE_DIR", cache.path().c_str(), 1);
+
+  {  // the one-time cost: the precompiled kernel prelude, built by the first compile in a cache
+    auto trivial = fb::compile([](auto x) { return x * 2.0f; });
+    dmat<8> x(3);
+    x.fill_random(1);
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)trivial(x);
+    bench::record r{"jit_prelude_pch", "fusebox", "jit"};
+    r.compile_s = seconds(t0);
+    r.note = "once per compiler, flags and headers (kept in the cache directory)";
+    add(r, 0);
+  }
+
+  {
+    mat<4096, 4096> xs;
+    dmat<4096> xd(4096), xo(4000);
+    vec<4096> w, b;
+    xs.fill_random(1);
+    xd.fill_random(1);
+    xo.fill_random(3);
+    w.fill_random(2);
+    b.fill_random(3);
+    compare("W1c", w1, threads, std::tie(xs, w, b), std::tie(xd, w, b), std::tie(xo, w, b));
+    compare("W2c", w2, threads, std::tie(xs, w, b), std::tie(xd, w, b), std::tie(xo, w, b));
+  }
+  {
+    mlp_weights m;
+    mat<32, 1024> xs;
+    dmat<1024> xd(32), xo(48);
+    xs.fill_random(5);
+    xd.fill_random(5);
+    xo.fill_random(6);
+    compare("W3c_b32", w3, threads, std::tie(xs, m.w1, m.b1, m.w2, m.b2, m.w3, m.b3),
+            std::tie(xd, m.w1, m.b1, m.w2, m.b2, m.w3, m.b3), std::tie(xo, m.w1, m.b1, m.w2, m.b2, m.w3, m.b3));
+
+    // Variable batch: sizes drawn from 1..256 with the default policy.
+    auto fast = fb::compile(w3, {.threads = threads});
+    std::mt19937 rng(42);
+    const auto compiles0 = fb::jit::counters().compiles.load();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 60; ++i) {
+      dmat<1024> x(std::uniform_int_distribution<std::size_t>(1, 256)(rng));
+      x.fill_random(static_cast<std::uint64_t>(i));
+      (void)fast(x, m.w1, m.b1, m.w2, m.b2, m.w3, m.b3);
+    }
+    bench::record r{"W3c_dyn_variable_batch", "fusebox", "jit"};
+    r.threads = threads;
+    r.median_us = seconds(t0) / 60 * 1e6;
+    r.note = "60 calls, batch in 1..256: " + std::to_string(fb::jit::counters().compiles.load() - compiles0) +
+             " compile(s), " + std::to_string(fast.recompiles()) + " recompile(s)";
+    add(r, 0);
+  }
+
+  {  // Warm start of W3c in a fresh process from this cache.
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string cmd = std::string("'") + argv[0] + "' --warm-child W3c '" + cache.path().string() + "'";
+    std::FILE* p = ::popen(cmd.c_str(), "r");
+    char line[512] = {};
+    const bool got = p && std::fgets(line, sizeof line, p);
+    if (p) ::pclose(p);
+    bench::record r{"W3c_b32_dyn_warm_start", "fusebox", "jit"};
+    r.compile_s = seconds(t0);
+    r.note = got ? std::string("fresh process, compiles forbidden: ") + line : "child failed";
+    if (!r.note.empty() && r.note.back() == '\n') r.note.pop_back();
+    add(r, 0);
+  }
+  std::printf("\n");
+  tab.print();
+  return 0;
+}
