@@ -25,7 +25,7 @@
 //
 // The cases, chosen from shapes and strides only (never from the thread count):
 //   1. K == 0: C = 0, then the epilogue.
-//   2. M <= 4, B row-major [K, N] ("gemv rows"): y_i += x_i[k] * B[k, :] over a chunk of each y
+//   2. M <= 8, B row-major [K, N] ("gemv rows"): y_i += x_i[k] * B[k, :] over a chunk of each y
 //      that stays in L1, eight rows of B per pass (eight long contiguous streams). Tasks split
 //      N into chunks of up to 2048 columns. B is read once, at memory bandwidth.
 //   3. M <= 4, B stored [N, K] ("gemv dots"): blocks of 4 (or 2) rows of B^T against the rows of
@@ -36,7 +36,7 @@
 //      along k, so the hardware prefetchers stream it), and accumulates an MR x M tile of C^T in
 //      a per-thread scratch, written to C transposed at the end. For M = 32 packing B^T (a
 //      transpose) would cost about half as much as the arithmetic it feeds.
-//   5. Everything else (B row-major with M > 4, general strides, huge M x K): BLIS-style. Loops
+//   5. Everything else (B row-major with M > 8, general strides, huge M x K): BLIS-style. Loops
 //      jc (NC columns) -> pc (KC) -> ic (MCO rows) -> [pack the B panel KC x NC (once per jc, pc)
 //      and the A block MCO x KC, as one parallel_for] -> [tasks over (MC x NB) blocks of C, as a
 //      second parallel_for] -> jr (NR) -> ir (MR) -> micro-kernel. B row-major is packed row by
@@ -126,7 +126,8 @@ struct gemm_config {
   // Case 4 while the packed A^T (M x K) is at most this: it is streamed from L2/L3 once per
   // MR rows of B^T.
   static constexpr std::size_t stream_pack_limit = std::size_t(8) << 20;
-  static constexpr std::size_t narrow_max_m = 4;   // cases 2 and 3 up to this many rows of A
+  static constexpr std::size_t rows_max_m = 8;  // case 2 up to this many rows of A
+  static constexpr std::size_t dots_max_m = 4;  // case 3 up to this many rows of A
   static constexpr std::size_t gemv_cols = 2048;   // widest y chunk (case 2): 8 KiB of floats, in L1
   static constexpr std::size_t gemv_rows_per_pass = 8;
   static constexpr std::size_t dot_rows = 4;       // rows of B^T per block (case 3)
@@ -173,14 +174,14 @@ enum class gemm_path { zero_k, gemv_rows, gemv_dots, stream_bt, blocked };
 template <class T>
 constexpr bool stream_fits(std::size_t M, std::size_t K) noexcept {
   using cfg = gemm_config<T>;
-  return M > cfg::narrow_max_m && round_up(M, cfg::nr) * K * sizeof(T) <= cfg::stream_pack_limit;
+  return M > cfg::dots_max_m && round_up(M, cfg::nr) * K * sizeof(T) <= cfg::stream_pack_limit;
 }
 
 template <class T>
 constexpr gemm_path choose_path(std::size_t M, std::size_t K, std::ptrdiff_t b_rs, std::ptrdiff_t b_cs) noexcept {
   if (K == 0) return gemm_path::zero_k;
-  if (M <= gemm_config<T>::narrow_max_m && b_cs == 1) return gemm_path::gemv_rows;
-  if (M <= gemm_config<T>::narrow_max_m && b_rs == 1) return gemm_path::gemv_dots;
+  if (M <= gemm_config<T>::rows_max_m && b_cs == 1) return gemm_path::gemv_rows;
+  if (M <= gemm_config<T>::dots_max_m && b_rs == 1) return gemm_path::gemv_dots;
   if (stream_fits<T>(M, K) && b_rs == 1 && b_cs != 1) return gemm_path::stream_bt;
   return gemm_path::blocked;
 }
@@ -195,6 +196,14 @@ template <class T>
 constexpr std::size_t blocked_a_bytes(std::size_t M, std::size_t K) noexcept {
   using cfg = gemm_config<T>;
   return round_up(round_up(std::min(M, cfg::mco), cfg::mr) * std::min(K, cfg::kc) * sizeof(T), 64);
+}
+
+// Case 2 accumulates M > 4 rows of y in a per-thread scratch whose rows are one cache line
+// longer than the chunk: rows of C a power of two apart fall in one L1 set, together with the
+// rows of B (measured 1.8x slower at M = 8, N = 4096; no difference up to M = 4).
+template <class T>
+constexpr std::size_t gemv_scratch_ld() noexcept {
+  return gemm_config<T>::gemv_cols + 64 / sizeof(T);
 }
 
 // Workspace layout per path; every region is rounded to 64 bytes.
@@ -212,8 +221,11 @@ constexpr gemm_layout layout_for(gemm_path p, std::size_t M, std::size_t N, std:
     case gemm_path::zero_k:
       break;
     case gemm_path::gemv_rows:
-    case gemm_path::gemv_dots:
       l.shared = round_up(M * K * sizeof(T), 64);  // rows of A gathered to unit stride when needed
+      if (M > 4) l.per_thread = round_up(M * gemv_scratch_ld<T>() * sizeof(T), 64);  // the y rows
+      break;
+    case gemm_path::gemv_dots:
+      l.shared = round_up(M * K * sizeof(T), 64);
       break;
     case gemm_path::stream_bt:
       l.shared = round_up(round_up(M, cfg::nr) * K * sizeof(T), 64);
@@ -423,12 +435,6 @@ inline void pack_b_panel(std::size_t n, std::size_t kc, const T* b, std::ptrdiff
   scalar(k0, kc, 0, n);   // rows past the last full block
 }
 
-#ifndef TUNE_RPF
-#define TUNE_RPF 0
-#endif
-#ifndef TUNE_RPD
-#define TUNE_RPD 8
-#endif
 // A chunk of `width` columns of a row-major B (unit column stride), kc rows, into panels of NR
 // columns: dst[q * kc * NR + k * NR + j] = B(k, q * NR + j), the last panel zero-padded. Rows
 // are read front to back, so the hardware prefetchers see long sequential runs.
@@ -440,10 +446,8 @@ inline void pack_b_rows(std::size_t kc, std::size_t width, const T* b, std::ptrd
   for (std::size_t k = 0; k < kc; ++k) {
     const T* row = b + std::ptrdiff_t(k) * ldb;
     T* d = dst + k * NR;
-#if TUNE_RPF
-    if (k + TUNE_RPD < kc)
-      for (std::size_t l = 0; l < width; l += 64 / sizeof(T)) __builtin_prefetch(row + std::ptrdiff_t(TUNE_RPD) * ldb + l, 0, TUNE_RPF);
-#endif
+    if (k + 8 < kc)  // eight rows ahead, into L2: each row segment starts a new page (~10%)
+      for (std::size_t l = 0; l < width; l += 64 / sizeof(T)) prefetch_l2(row, 8 * ldb + std::ptrdiff_t(l));
     for (std::size_t q = 0; q < full; ++q, row += NR, d += kc * NR)
 #pragma GCC unroll 4
       for (std::size_t v = 0; v < NR; v += W) V::load_unaligned(row + v).store_aligned(d + v);
@@ -483,7 +487,8 @@ inline void narrow_rows(const gemm_problem<T>& p, T* xbuf, const T* (&x)[MX]) no
 // Case 2: Y[0..MX, 0..N) = X * B, B row-major. Tasks: chunks of columns; R rows of B per pass
 // over the chunk, each row used for all MX outputs.
 template <class T, std::size_t MX, class Epilogue>
-void run_gemv_rows(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue, thread_pool& pool, T* xbuf) {
+void run_gemv_rows(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue, thread_pool& pool, T* xbuf,
+                   T* scratch, std::size_t scratch_stride) {
   using cfg = gemm_config<T>;
   using V = xsimd::batch<T>;
   constexpr std::size_t W = V::size;
@@ -495,12 +500,14 @@ void run_gemv_rows(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogu
       std::clamp(round_up(ceil_div(p.N, 2 * std::size_t(pool.size())), 4 * W), std::size_t(256), cfg::gemv_cols);
   const std::size_t tasks = ceil_div(p.N, cols);
   const std::ptrdiff_t ldb = p.B.row_stride;
-  pool.parallel_for(tasks, [&](std::size_t t, unsigned) {
+  pool.parallel_for(tasks, [&](std::size_t t, unsigned worker) {
     const std::size_t j0 = t * cols, n = std::min(cols, p.N - j0);
     const std::size_t nvec = n / W * W;
+    constexpr bool use_scratch = MX > 4;  // see gemv_scratch_ld
     T* y[MX];
     for (std::size_t i = 0; i < MX; ++i) {
-      y[i] = p.C + std::ptrdiff_t(i) * p.ldc + std::ptrdiff_t(j0);
+      y[i] = use_scratch ? scratch + worker * scratch_stride + i * gemv_scratch_ld<T>()
+                         : p.C + std::ptrdiff_t(i) * p.ldc + std::ptrdiff_t(j0);
       std::fill(y[i], y[i] + n, T(0));
     }
     const T* b = p.B.data + j0;
@@ -538,7 +545,11 @@ void run_gemv_rows(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogu
     std::size_t k = 0;
     for (; k + R <= p.K; k += R) pass(k, std::integral_constant<std::size_t, R>{});
     for (; k < p.K; ++k) pass(k, std::integral_constant<std::size_t, 1>{});
-    for (std::size_t i = 0; i < MX; ++i) epilogue(item, i, j0, n, y[i]);
+    for (std::size_t i = 0; i < MX; ++i) {
+      T* c = p.C + std::ptrdiff_t(i) * p.ldc + std::ptrdiff_t(j0);
+      if (use_scratch) std::memcpy(c, y[i], n * sizeof(T));
+      epilogue(item, i, j0, n, c);
+    }
   });
 }
 
@@ -600,7 +611,7 @@ template <class T, std::size_t MX, class Epilogue>
 void run_gemv_dots(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue, thread_pool& pool, T* xbuf) {
   using cfg = gemm_config<T>;
   // Rows of B^T per block: 2 * MX * ROWS accumulators stay within the vector registers.
-  constexpr std::size_t ROWS = MX <= 2 ? cfg::dot_rows : cfg::dot_rows / 2;
+  constexpr std::size_t ROWS = MX <= 2 ? cfg::dot_rows : MX <= 4 ? cfg::dot_rows / 2 : 1;
   const T* x[MX];
   narrow_rows<T, MX>(p, xbuf, x);
   const std::ptrdiff_t ldbt = p.B.col_stride;
@@ -617,15 +628,18 @@ void run_gemv_dots(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogu
   });
 }
 
-// Cases 2 and 3 for M = 1 .. narrow_max_m: the row count is a template parameter.
+// Cases 2 and 3: the row count is a template parameter.
 template <class T, class Epilogue, std::size_t... Ms>
-void run_narrow(bool dots, std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue, thread_pool& pool,
-                T* xbuf, std::index_sequence<Ms...>) {
-  (void)((p.M == Ms + 1 ? ((dots ? run_gemv_dots<T, Ms + 1>(item, p, epilogue, pool, xbuf)
-                                 : run_gemv_rows<T, Ms + 1>(item, p, epilogue, pool, xbuf)),
-                           true)
+void run_rows(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue, thread_pool& pool, T* xbuf,
+              T* scratch, std::size_t scratch_stride, std::index_sequence<Ms...>) {
+  (void)((p.M == Ms + 1 ? (run_gemv_rows<T, Ms + 1>(item, p, epilogue, pool, xbuf, scratch, scratch_stride), true)
                         : false) ||
          ...);
+}
+template <class T, class Epilogue, std::size_t... Ms>
+void run_dots(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue, thread_pool& pool, T* xbuf,
+              std::index_sequence<Ms...>) {
+  (void)((p.M == Ms + 1 ? (run_gemv_dots<T, Ms + 1>(item, p, epilogue, pool, xbuf), true) : false) || ...);
 }
 
 // Case 4: C^T = B^T A^T. A^T packed once (whole K) into NR-wide panels; B^T rows read in place.
@@ -821,7 +835,9 @@ constexpr std::size_t gemm_workspace_bytes(std::size_t batch, std::size_t M, std
   if (batch == 0 || M == 0 || N == 0 || K == 0) return 0;
   if (threads == 0) threads = 1;
   std::size_t bytes = detail::layout_for<T>(gemm_path::blocked, M, N, K).total(threads);
-  if (M <= detail::gemm_config<T>::narrow_max_m)
+  if (M <= detail::gemm_config<T>::rows_max_m)
+    bytes = std::max(bytes, detail::layout_for<T>(gemm_path::gemv_rows, M, N, K).total(threads));
+  if (M <= detail::gemm_config<T>::dots_max_m)
     bytes = std::max(bytes, detail::layout_for<T>(gemm_path::gemv_dots, M, N, K).total(threads));
   if (detail::stream_fits<T>(M, K))
     bytes = std::max(bytes, detail::layout_for<T>(gemm_path::stream_bt, M, N, K).total(threads));
@@ -878,9 +894,11 @@ void gemm(std::size_t batch, std::size_t M, std::size_t N, std::size_t K, matrix
         ldc};
     switch (path) {
       case gemm_path::gemv_rows:
+        detail::run_rows(b, p, epilogue, pool, shared, per_thread, per_thread_elems,
+                         std::make_index_sequence<detail::gemm_config<T>::rows_max_m>{});
+        break;
       case gemm_path::gemv_dots:
-        detail::run_narrow(path == gemm_path::gemv_dots, b, p, epilogue, pool, shared,
-                           std::make_index_sequence<detail::gemm_config<T>::narrow_max_m>{});
+        detail::run_dots(b, p, epilogue, pool, shared, std::make_index_sequence<detail::gemm_config<T>::dots_max_m>{});
         break;
       case gemm_path::stream_bt:  // A shared across the batch: packed once
         detail::run_stream_bt(b, p, epilogue, pool, shared, per_thread, per_thread_elems,

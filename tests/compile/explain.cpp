@@ -1,0 +1,67 @@
+// tests/compile/explain.cpp: explain(model, args...) (include/fusebox/explain.hpp) names every kernel
+// the planner makes, with its fused ops, loop and traffic, and returns what it prints. The plans of
+// the reference workloads are checked in composite.cpp; graph breaks in graph_break.cpp.
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include <fusebox/fusebox.hpp>
+
+#include "../support/check.hpp"
+
+namespace fb = fusebox;
+using fbt::rel_diff;
+using fbt::to_double_dyn;
+
+namespace {
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+/// Captures what is written to std::cout while it lives.
+struct capture_cout {
+  std::ostringstream text;
+  std::streambuf* saved = std::cout.rdbuf(text.rdbuf());
+  ~capture_cout() { std::cout.rdbuf(saved); }
+};
+
+}  // namespace
+
+TEST_CASE("explain() lists every kernel with its ops", "[compile][explain]") {
+  fb::tensor<float, fb::shape<17, 33>> x;
+  fb::tensor<float, fb::shape<33, 9>> w;
+  fbt::fill_signed(x, 51, 0.05, 3.0);
+  fbt::fill_signed(w, 52, 0.05, 1.0);
+  // A column reduction, a row kernel that uses it, and a matmul with an epilogue.
+  auto model = [](auto x, auto w) {
+    const auto centered = x - fb::mean(x, fb::axis<0>, fb::keepdim);
+    return fb::relu(fb::matmul(fb::softmax(centered), w));
+  };
+  const std::string plan = fb::explain_text(model, x, w);
+  INFO(plan);
+  CHECK(contains(plan, "1 segment(s), 0 graph break(s)"));
+  CHECK(contains(plan, "[reduce_cols] mean"));
+  CHECK(contains(plan, "[rows] sub, max, sub, exp, sum, div"));
+  CHECK(contains(plan, "[matmul] matmul + epilogue(relu)"));
+  CHECK(contains(plan, "gemm [17, 33] x [33, 9] -> [17, 9]"));
+  CHECK(contains(plan, "arena:"));
+  // Each kernel line has its loop and its traffic.
+  std::size_t kernels = 0, loops = 0, moves = 0;
+  for (std::size_t at = 0; (at = plan.find("  kernel ", at)) != std::string::npos; ++at) ++kernels;
+  for (std::size_t at = 0; (at = plan.find("loop: ", at)) != std::string::npos; ++at) ++loops;
+  for (std::size_t at = 0; (at = plan.find("moves ", at)) != std::string::npos; ++at) ++moves;
+  CHECK(kernels == 3);
+  CHECK(loops == kernels);
+  CHECK(moves == kernels);
+  // explain() prints the same text and returns it.
+  std::string returned, printed;
+  {
+    capture_cout out;
+    returned = fb::explain(model, x, w);
+    printed = out.text.str();
+  }
+  CHECK(returned == plan);
+  CHECK(printed == plan);
+  // And the model it describes computes the right thing.
+  CHECK(rel_diff(fb::compile(model)(x, w), fb::eager(model)(to_double_dyn(x), to_double_dyn(w))) <= 2e-6);
+}
