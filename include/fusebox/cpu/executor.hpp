@@ -489,12 +489,24 @@ struct program {
     reduced_space_strides(out, space, axis, nodes[R].desc.keepdim, proto.stride[R]);
     proto.inner[R] = proto.stride[R][space.rank - 1];
     if (proto.inner[R] != 1) contig = false;
+    // Producers fused into the reduction that another kernel also reads are written here, in the
+    // accumulation pass over the input rows.
+    static constexpr id_list members_out = group_outputs(G, true);
+    for (int q = 0; q < members_out.size; ++q) {
+      const int id = members_out.id[q];
+      proto.base[id] = f.loc[id].data;
+      space_strides(f.loc[id], space, proto.stride[id]);
+      proto.inner[id] = proto.stride[id][space.rank - 1];
+      if (proto.inner[id] != 1) contig = false;
+    }
     constexpr auto ids = [] {
-      std::array<int, N + 1> l{};
+      std::array<int, 2 * N + 1> l{};
       for (int q = 0; q < ext.size; ++q) l[q] = ext.id[q];
       l[ext.size] = R;
+      for (int q = 0; q < members_out.size; ++q) l[ext.size + 1 + q] = members_out.id[q];
       return l;
     }();
+    constexpr int n_ids = ext.size + 1 + members_out.size;
     const std::size_t rows = outer_size(space), width = space.back(0);
     const std::size_t block = std::max<std::size_t>(VS * 16, (width + f.pool->size() - 1) / f.pool->size());
     const std::size_t blocks = (width + block - 1) / block;
@@ -509,17 +521,24 @@ struct program {
       // Identity first, over every output row this block touches.
       for (std::size_t r = 0; r < rows; ++r) {
         if (!first_of_output(r)) continue;
-        a.at_row(space, r, ids.data(), ext.size + 1);
+        a.at_row(space, r, ids.data(), n_ids);
         T* o = const_cast<T*>(a.ptr[R]);
         for (std::size_t j = c0; j < c1; ++j) o[static_cast<std::ptrdiff_t>(j) * a.inner[R]] = Op::template identity<T>();
       }
       for (std::size_t r = 0; r < rows; ++r) {
-        a.at_row(space, r, ids.data(), ext.size + 1);
+        a.at_row(space, r, ids.data(), n_ids);
         T* o = const_cast<T*>(a.ptr[R]);
         auto acc = [&]<class W, bool C>(std::size_t j) {
-          const W v = evaluator<G, 0, W, C>{a, nullptr, nullptr, width, f.payload, j}.template get<nodes[R].inputs[0]>();
+          const evaluator<G, 0, W, C> e{a, nullptr, nullptr, width, f.payload, j};
+          const W v = e.template get<nodes[R].inputs[0]>();
           if constexpr (C) store_v(o + j, Op::combine(load_v<W>(o + j), v));
           else o[static_cast<std::ptrdiff_t>(j) * a.inner[R]] = Op::combine(o[static_cast<std::ptrdiff_t>(j) * a.inner[R]], v);
+          [&]<int... M>(std::integer_sequence<int, M...>) {
+            ((C ? store_v(const_cast<T*>(a.ptr[members_out.id[M]]) + j, e.template get<members_out.id[M]>())
+                : store_v(const_cast<T*>(a.ptr[members_out.id[M]]) + static_cast<std::ptrdiff_t>(j) * a.inner[members_out.id[M]],
+                          e.template get<members_out.id[M]>())),
+             ...);
+          }(std::make_integer_sequence<int, members_out.size>{});
         };
         std::size_t j = c0;
         if (contig) {
@@ -532,7 +551,7 @@ struct program {
       const std::size_t count = space.extent[axis];
       for (std::size_t r = 0; r < rows; ++r) {
         if (!first_of_output(r)) continue;
-        a.at_row(space, r, ids.data(), ext.size + 1);
+        a.at_row(space, r, ids.data(), n_ids);
         T* o = const_cast<T*>(a.ptr[R]);
         for (std::size_t j = c0; j < c1; ++j) {
           T& x = o[static_cast<std::ptrdiff_t>(j) * a.inner[R]];

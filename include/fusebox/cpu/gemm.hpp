@@ -36,10 +36,13 @@
 //      along k, so the hardware prefetchers stream it), and accumulates an MR x M tile of C^T in
 //      a per-thread scratch, written to C transposed at the end. For M = 32 packing B^T (a
 //      transpose) would cost about half as much as the arithmetic it feeds.
-//   5. Everything else (B row-major with M > 8, general strides, huge M x K): BLIS-style. Loops
-//      jc (NC columns) -> pc (KC) -> ic (MCO rows) -> [pack the B panel KC x NC (once per jc, pc)
-//      and the A block MCO x KC, as one parallel_for] -> [tasks over (MC x NB) blocks of C, as a
-//      second parallel_for] -> jr (NR) -> ir (MR) -> micro-kernel. B row-major is packed row by
+//   5. Everything else (B row-major with M > 8, general strides, huge M x K): BLIS-style. Steps
+//      jc (NC columns) -> pc (KC) -> ic (MCO rows); each step packs the B panel KC x NC (once
+//      per jc, pc; shared by the threads, in L3) and the A block MCO x KC, then runs tasks over
+//      (MC x NB) blocks of C: jr (NR) -> ir (MR) -> micro-kernel. The steps are pipelined: one
+//      parallel_for computes step s and packs step s + 1 into the other half of a double buffer,
+//      the pack tasks spread among the compute tasks, so that with two threads one streams
+//      memory while the other computes; one fork-join per step. B row-major is packed row by
 //      row (long sequential reads); B^T through W x W register transposes.
 //   Epilogue: after a block's last K step, once per row of the block, for the block's columns.
 //
@@ -49,15 +52,21 @@
 // FMAs, so it is FMA-bound (FMA latency 4 x 2 pipes needs >= 8 independent accumulators). It
 // reaches 113 GFLOP/s float on one core here with its operands in L1 (32 flop/cycle at ~3.5 GHz).
 //
-// Blocking (this machine: AMD EPYC Zen 4, 32 KiB L1d and 1 MiB L2 per core, 32 MiB L3):
-//   KC = 256: the packed B micro-panel (KC x NR, 32 KiB of floats) is read from L1/L2 by MC/MR
-//     slivers; Zen 4's L2 feeds 64 B/cycle, the kernel needs 128 B per 16 cycles, so the panel
-//     need not fit L1. A larger KC means fewer passes over C (each pass loads and stores the
-//     tile: 2 x MR x NR per KC x MR x NR FMAs). Measured: 128 is 5-10% slower, 384/512 no faster.
-//   MC = 32 * MR (256 rows): the packed A block (MC x KC, 256 KiB) lives in L2 and is reused by
-//     every B panel of the task; one block for M = 256 (measured 10% faster than 144 rows).
-//   NC = 4096: the packed B panel (KC x NC, 4 MiB of floats) lives in L3, shared by the threads.
+// Blocking (this machine: AMD EPYC Zen 4, 32 KiB L1d and 1 MiB L2 per core, 32 MiB L3 shared):
+//   The B micro-panel (KC x NR) does not have to fit L1: Zen 4's L2 feeds 64 B/cycle and the
+//   kernel needs NR * sizeof(T) = 128 B per 16 cycles. What matters is the number of passes over
+//   C: each KC step loads and stores the C block once, and with other processes sharing the L3
+//   those passes go to memory.
+//   KC = 512 in case 5: 8 passes over C for K = 4096 (KC = 256: 16 passes, ~7% slower there;
+//     the A block MC x KC is 512 KiB, in L2). KC = 256 in case 4, where the C^T tile lives in a
+//     per-thread scratch (L1) anyway and the packed A^T panel of KC x NR is 32 KiB (128 was 5%
+//     slower, 512 no faster).
+//   MC = 32 * MR (256 rows with AVX-512): one A block for M = 256, reused by every B panel of
+//     the task (144 rows measured ~10% slower). M blocks are equalised to a multiple of MR.
+//   NC = 2048: the packed B panel (KC x NC, 4 MiB of floats, double-buffered) lives in L3.
 //   MCO = 1024: rows of A packed per round in case 5, which bounds the workspace.
+//   These were tuned with single-thread CPU-time medians on a loaded machine (load 3-5 on 2
+//   cores); differences under ~10% between the candidates were not resolvable there.
 // Why not stream B in place (unpacked) when it is row-major? With a power-of-two row stride every
 // row of a KC x NR panel is a new page and falls in the same few cache sets: the hardware
 // prefetchers do not follow it and L1/L2 cannot hold a panel. Measured (M = 8..64): no faster
@@ -119,10 +128,11 @@ struct gemm_config {
   static constexpr std::size_t nv = 2;                               // vectors per tile row
   static constexpr std::size_t nr = nv * w;                          // tile columns
   static constexpr std::size_t mr = vector_registers >= 32 ? 8 : 6;  // tile rows
-  static constexpr std::size_t kc = 256;         // K block (cases 4 and 5)
-  static constexpr std::size_t mc = 32 * mr;     // rows of the packed A block per task (L2)
-  static constexpr std::size_t nc = 4096;        // columns of the packed B panel (L3)
-  static constexpr std::size_t mco = 1024;       // rows of A packed per round (case 5)
+  static constexpr std::size_t kc = 256;          // K block (case 4)
+  static constexpr std::size_t kc_blocked = 512;  // K block (case 5)
+  static constexpr std::size_t mc = 32 * mr;      // rows of the packed A block per task (L2)
+  static constexpr std::size_t nc = 2048;         // columns of the packed B panel (L3)
+  static constexpr std::size_t mco = 1024;        // rows of A packed per round (case 5)
   // Case 4 while the packed A^T (M x K) is at most this: it is streamed from L2/L3 once per
   // MR rows of B^T.
   static constexpr std::size_t stream_pack_limit = std::size_t(8) << 20;
@@ -190,12 +200,12 @@ constexpr gemm_path choose_path(std::size_t M, std::size_t K, std::ptrdiff_t b_r
 template <class T>
 constexpr std::size_t blocked_b_bytes(std::size_t N, std::size_t K) noexcept {
   using cfg = gemm_config<T>;
-  return round_up(std::min(K, cfg::kc) * round_up(std::min(N, cfg::nc), cfg::nr) * sizeof(T), 64);
+  return round_up(std::min(K, cfg::kc_blocked) * round_up(std::min(N, cfg::nc), cfg::nr) * sizeof(T), 64);
 }
 template <class T>
 constexpr std::size_t blocked_a_bytes(std::size_t M, std::size_t K) noexcept {
   using cfg = gemm_config<T>;
-  return round_up(round_up(std::min(M, cfg::mco), cfg::mr) * std::min(K, cfg::kc) * sizeof(T), 64);
+  return round_up(round_up(std::min(M, cfg::mco), cfg::mr) * std::min(K, cfg::kc_blocked) * sizeof(T), 64);
 }
 
 // Case 2 accumulates M > 4 rows of y in a per-thread scratch whose rows are one cache line
@@ -699,7 +709,7 @@ template <class T, class Epilogue>
 void run_blocked(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue, thread_pool& pool,
                  const blocked_buffers<T>& buf) {
   using cfg = gemm_config<T>;
-  constexpr std::size_t MR = cfg::mr, NR = cfg::nr, KC = cfg::kc, MC = cfg::mc;
+  constexpr std::size_t MR = cfg::mr, NR = cfg::nr, KC = cfg::kc_blocked, MC = cfg::mc;
   const std::size_t n_jc = ceil_div(p.N, cfg::nc), n_pc = ceil_div(p.K, KC), n_ic = ceil_div(p.M, cfg::mco);
   const std::size_t steps = n_jc * n_pc * n_ic;
 

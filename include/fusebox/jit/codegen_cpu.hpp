@@ -212,6 +212,10 @@ class cpu_codegen {
     const ir::node& rn = nodes_[r_id];
     body b(cpp_xsimd());
     const std::string v = value(b, rn.inputs[0], 0);
+    // Producers fused into the reduction that another kernel also reads: written in this pass.
+    for (std::size_t g = 0; g < N; ++g)
+      if (member(static_cast<int>(g)) && p_.materialised[g] && nodes_[g].desc.kind == node_kind::pointwise)
+        b.statement(b.lang().store(ptr(static_cast<int>(g), true), value(b, static_cast<int>(g), 0)));
     const std::string po = ptr(r_id, true);
     std::string s = signature("std::size_t c0, std::size_t c1");
     s += prologue();
