@@ -185,6 +185,7 @@ class compiled {
       }(std::make_index_sequence<std::tuple_size_v<Outs>>{});
       cpu::bind_outputs<Prog>(f, outs);
       jit::dynamic_function<Prog>::execute(*prog, f, facts.extents, *rt_);
+      cpu::copy_repeated_outputs<Prog>(outs);
       return detail::unwrap(std::move(outs));
     }
   }

@@ -82,8 +82,32 @@ void bind_outputs(typename Program::frame_t& f, Outs& outs) {
        constexpr int o = Program::graph::outputs[R];
        auto& t = std::get<R>(outs);
        constexpr node_kind k = Program::nodes[o].desc.kind;
-       if constexpr (ir::is_leaf_kind(k) || k == node_kind::view || k == node_kind::opaque) f.copy_to[o] = t.view();
+       constexpr bool repeated = [] {
+         for (std::size_t q = 0; q < R; ++q)
+           if (Program::graph::outputs[q] == o) return true;
+         return false;
+       }();
+       if constexpr (repeated) return;  // copied from its first occurrence after the run
+       else if constexpr (ir::is_leaf_kind(k) || k == node_kind::view || k == node_kind::opaque) f.copy_to[o] = t.view();
        else f.loc[o] = t.view();
+     }()),
+     ...);
+  }(std::make_index_sequence<std::tuple_size_v<Outs>>{});
+}
+
+/// A model that returns the same node twice (identical subtrees merge into one node) gets it
+/// computed into the first result; the others are copies of it, made after the run.
+template <class Program, class Outs>
+void copy_repeated_outputs(Outs& outs) {
+  [&]<std::size_t... R>(std::index_sequence<R...>) {
+    (([&] {
+       constexpr int o = Program::graph::outputs[R];
+       constexpr std::size_t first = [] {
+         for (std::size_t q = 0; q < R; ++q)
+           if (Program::graph::outputs[q] == o) return q;
+         return R;
+       }();
+       if constexpr (first != R) strided_copy(std::get<first>(outs).view(), std::get<R>(outs).view());
      }()),
      ...);
   }(std::make_index_sequence<std::tuple_size_v<Outs>>{});
@@ -101,6 +125,7 @@ void bind_and_run(typename Program::frame_t& f, Outs& outs, runtime& rt) {
   f.workspace = rt.workspace.ensure(ws);
   f.workspace_bytes = rt.workspace.size();
   Program::run(f);
+  copy_repeated_outputs<Program>(outs);
 }
 
 }  // namespace fusebox::cpu
