@@ -206,32 +206,52 @@ TEST_CASE("transposed operands are views, in the model and as arguments" FBT_TYP
   }
 }
 
+namespace {
+/// Elements of c = a b that differ from the fma chain c = fma(a[i][k], b[k][j], c), k = 0 .. K-1.
+template <class C, class A, class B>
+std::size_t off_chain(const C& c, const A& a, const B& b) {
+  const std::size_t M = a.extent(0), K = a.extent(1), N = b.extent(1);
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < M; ++i)
+    for (std::size_t j = 0; j < N; ++j) {
+      T acc = 0;
+      for (std::size_t k = 0; k < K; ++k) acc = std::fma(a(i, k), b(k, j), acc);
+      bad += c(i, j) != acc;
+    }
+  return bad;
+}
+}  // namespace
+
 TEST_CASE("matmul keeps gemm's numerical contract: one fma chain in increasing k" FBT_TYPE,
           "[ops][matmul][contract]") {
   // cpu/gemm.hpp: every output element is fma(a[k], b[k], c) for k = 0 .. K-1 from c = 0, on every
   // path but M <= 4 with B stored [N, K] (partial dot products). So for M > 4 the result is known
-  // bit for bit, whatever the layout of B; M = 6 and 17 take the "stream B^T" path for B stored
-  // [N, K], and the "gemv rows" (float) or blocked (double) path for B row-major.
-  constexpr std::size_t M = std::is_same_v<T, float> ? 6 : 17, K = mkn::K, N = mkn::N;
-  const auto a = input<fb::shape<M, K>>(41);
-  const auto b = input<fb::shape<K, N>>(42);
-  const auto bt_storage = input<fb::shape<N, K>>(43);
-  const auto bt = bt_storage.transpose();  // [K, N] stored [N, K]
+  // bit for bit, whatever the layout of B: B stored [N, K] takes the "stream B^T" path, B row-major
+  // the "gemv rows" (M <= 8) or the blocked path.
   auto model = [](auto x, auto w) { return fb::matmul(x, w); };
-  auto chain = [&](const auto& bb, std::size_t i, std::size_t j) {
-    T c = 0;
-    for (std::size_t k = 0; k < K; ++k) c = std::fma(a(i, k), bb(k, j), c);
-    return c;
-  };
-  auto check_chain = [&](const auto& c, const auto& bb, const std::string& what) {
-    std::size_t bad = 0;
-    for (std::size_t i = 0; i < M; ++i)
-      for (std::size_t j = 0; j < N; ++j) bad += c(i, j) != chain(bb, i, j);
-    INFO(what << ": " << bad << " of " << M * N << " elements differ from the fma chain");
-    CHECK(bad == 0);
-  };
-  check_chain(fb::compile(model)(a, b), b, "B row-major [K, N]");
-  check_chain(fb::compile(model)(a, bt), bt, "B stored [N, K] (a transposed view)");
+  SECTION("compiled, static shapes") {
+    constexpr std::size_t M = std::is_same_v<T, float> ? 6 : 17, K = mkn::K, N = mkn::N;
+    const auto a = input<fb::shape<M, K>>(41);
+    const auto b = input<fb::shape<K, N>>(42);
+    const auto bt_storage = input<fb::shape<N, K>>(43);
+    const auto bt = bt_storage.transpose();  // [K, N] stored [N, K]
+    CHECK(off_chain(fb::compile(model)(a, b), a, b) == 0);
+    CHECK(off_chain(fb::compile(model)(a, bt), a, bt) == 0);
+  }
+  SECTION("eager, dyn extents: every row count of a register tile") {
+    for (std::size_t m : {5u, 6u, 8u, 9u, 17u})
+      for (std::size_t k : {2u, 3u, 17u})
+        for (std::size_t n = 1; n <= 17; ++n) {
+          fb::tensor<T, fb::shape<fb::dyn, fb::dyn>> a(m, k), b(k, n), bt_storage(n, k);
+          fbt::fill_signed(a, 1000 * m + 100 * k + n, 0.05, 1.0);
+          fbt::fill_signed(b, 1000 * m + 100 * k + n + 1, 0.05, 1.0);
+          fbt::fill_signed(bt_storage, 1000 * m + 100 * k + n + 2, 0.05, 1.0);
+          const auto bt = bt_storage.transpose();
+          INFO("[" << m << ", " << k << "] x [" << k << ", " << n << "]");
+          CHECK(off_chain(fb::eager(model)(a, b), a, b) == 0);
+          CHECK(off_chain(fb::eager(model)(a, bt), a, bt) == 0);
+        }
+  }
 }
 
 TEST_CASE("batched matmul: equal batches, batch 1 broadcast, shared rank-2 operand" FBT_TYPE,
