@@ -166,7 +166,7 @@ TEMPLATE_TEST_CASE("gemm covers every path: gemv, stream, blocked, with tails", 
                                    {100, 40, 25000},
                                    // Several NC column panels and several MCO row rounds, each
                                    // with several KC steps (the pipelined packing).
-                                   {5, 4100, 300}, {1030, 20, 300}};
+                                   {5, 2100, 1100}, {1030, 20, 600}};
   for (auto& s : shapes)
     for (int layout = 0; layout < 4; ++layout) {
       case_desc d;
