@@ -4,8 +4,9 @@
 // activation and residual into the `epilogue`, which gemm calls on each finished run of C while
 // that run is still in cache. Depends on: xsimd 8 (the vector registers of the default
 // architecture, i.e. what the translation unit is compiled for: AVX-512, AVX2+FMA, SSE2, NEON),
-// the C++20 standard library, and fusebox/cpu/thread_pool.hpp. No BLAS. (One AVX-512 register
-// transpose uses <immintrin.h> directly; every other target takes a portable path.)
+// the C++20 standard library, fusebox/cpu/thread_pool.hpp and fusebox/cpu/vmath.hpp (its
+// detail::fma, fused exactly where the architecture fuses, whatever the -O level). No BLAS. (One
+// AVX-512 register transpose uses <immintrin.h> directly; other targets take a portable path.)
 //
 //   C[b][i][j] = sum_k A[b][i][k] * B[b][k][j]        then epilogue(b, i, j0, n, &C[b][i][j0])
 //
@@ -87,7 +88,6 @@
 #include <xsimd/xsimd.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -147,16 +147,6 @@ struct gemm_config {
 
 constexpr std::size_t round_up(std::size_t x, std::size_t m) noexcept { return (x + m - 1) / m * m; }
 constexpr std::size_t ceil_div(std::size_t x, std::size_t m) noexcept { return (x + m - 1) / m; }
-
-// Scalar multiply-add with the same rounding as xsimd::fma on this target.
-template <class T>
-inline T madd(T a, T b, T c) noexcept {
-#if defined(__FMA__) || defined(__AVX512F__) || defined(__aarch64__) || defined(__FMA4__)
-  return std::fma(a, b, c);
-#else
-  return a * b + c;
-#endif
-}
 
 inline void prefetch_l1(const void* p) noexcept {
 #if defined(__GNUC__) || defined(__clang__)
@@ -281,7 +271,7 @@ inline void micro_kernel(const kernel_args<T>& p) noexcept {
 #pragma GCC unroll 16
     for (std::size_t r = 0; r < MR_; ++r)
 #pragma GCC unroll 4
-      for (std::size_t v = 0; v < NV; ++v) acc[r][v] = V::load_unaligned(p.c + r * p.ldc + v * W);
+      for (std::size_t v = 0; v < NV; ++v) acc[r][v] = V::load_unaligned(p.c + std::ptrdiff_t(r) * p.ldc + std::ptrdiff_t(v * W));
   } else {
 #pragma GCC unroll 16
     for (std::size_t r = 0; r < MR_; ++r)
@@ -308,7 +298,7 @@ inline void micro_kernel(const kernel_args<T>& p) noexcept {
 #pragma GCC unroll 16
   for (std::size_t r = 0; r < MR_; ++r)
 #pragma GCC unroll 4
-    for (std::size_t v = 0; v < NV; ++v) acc[r][v].store_unaligned(p.c + r * p.ldc + v * W);
+    for (std::size_t v = 0; v < NV; ++v) acc[r][v].store_unaligned(p.c + std::ptrdiff_t(r) * p.ldc + std::ptrdiff_t(v * W));
 }
 
 // A tile of m <= MR rows and n <= NR columns: m picks the kernel instantiation (so rows past m
@@ -324,13 +314,13 @@ inline void tile_rows(std::size_t m, std::size_t n, kernel_args<T> p, std::index
   }
   alignas(64) T tile[cfg::mr * NR];
   if (p.accumulate)
-    for (std::size_t r = 0; r < m; ++r) std::memcpy(tile + r * NR, p.c + r * p.ldc, n * sizeof(T));
+    for (std::size_t r = 0; r < m; ++r) std::memcpy(tile + r * NR, p.c + std::ptrdiff_t(r) * p.ldc, n * sizeof(T));
   T* c = p.c;
   const std::ptrdiff_t ldc = p.ldc;
   p.c = tile;
   p.ldc = NR;
   (void)((m == Ms + 1 ? (micro_kernel<T, Ms + 1, cfg::nv, APack>(p), true) : false) || ...);
-  for (std::size_t r = 0; r < m; ++r) std::memcpy(c + r * ldc, tile + r * NR, n * sizeof(T));
+  for (std::size_t r = 0; r < m; ++r) std::memcpy(c + std::ptrdiff_t(r) * ldc, tile + r * NR, n * sizeof(T));
 }
 
 template <class T, std::size_t APack>
@@ -551,7 +541,7 @@ void run_gemv_rows(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogu
       for (std::size_t j = nvec; j < n; ++j)
         for (std::size_t i = 0; i < MX; ++i) {
           T acc = y[i][j];
-          for (std::size_t r = 0; r < RR; ++r) acc = madd(xs[i][r], rows[r][j], acc);
+          for (std::size_t r = 0; r < RR; ++r) acc = vmath::detail::fma(xs[i][r], rows[r][j], acc);
           y[i][j] = acc;
         }
     };
@@ -613,7 +603,7 @@ inline void dot_block(std::size_t K, const T* const* x, const T* bt, std::ptrdif
   for (std::size_t i = 0; i < MX; ++i)
     for (std::size_t r = 0; r < ROWS; ++r) {
       T s = lane_sum(acc[i][r][0] + acc[i][r][1]);
-      for (std::size_t kk = k; kk < K; ++kk) s = madd(x[i][kk], rows[r][kk], s);
+      for (std::size_t kk = k; kk < K; ++kk) s = vmath::detail::fma(x[i][kk], rows[r][kk], s);
       out[std::ptrdiff_t(i) * ldo + std::ptrdiff_t(r)] = s;
     }
 }
