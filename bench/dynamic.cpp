@@ -4,11 +4,16 @@
 //     symbolic one that follows a batch change;
 //   - cold compile seconds per graph (the kernel prelude precompiled first, and its one-time cost
 //     reported on its own line);
-//   - warm start in a fresh process from the disk cache: process start to first result;
-//   - a variable-batch workload (sizes drawn from 1..256): compiles stay at 2 with `automatic`.
+//   - warm start in a fresh process from the disk cache: process start to first result, less the
+//     benchmark's own input set-up (100 MB of weights filled with random numbers), which is
+//     timed and reported on its own;
+//   - a variable-batch workload (sizes drawn from 1..256): compiles stay at 2 with `automatic`;
+//   - regional compilation: cold compile of a stack of 12 identical residual blocks against one
+//     block (each in a fresh process whose kernels are all new; the prelude is warm).
 // Prints JSON lines (BENCHMARKS.md fields) and a table.
-//   dynamic [--threads N]            everything
-//   dynamic --warm-child W CACHE     (internal) the fresh process of the warm-start measurement
+//   dynamic [--threads N]               everything
+//   dynamic --warm-child W CACHE        (internal) the fresh process of the warm-start measurement
+//   dynamic --regional-child L CACHE    (internal) cold compile of an L-block stack (L = 1 or 12)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -115,12 +120,15 @@ void compare(const char* name, Model model, unsigned threads, const StaticArgs& 
 }
 
 int warm_child(const std::string& which) {
-  // Fresh process, warm disk cache: nothing may compile.
+  // Fresh process, warm disk cache: nothing may compile. The inputs are made first and timed,
+  // so what is left of "process start to first result" is fusebox's part and the run.
   fb::jit::forbid_compiles(true);
   if (which == "W3c") {
+    const auto setup0 = std::chrono::steady_clock::now();
     mlp_weights w;
     dmat<1024> x(32);
     x.fill_random(1);
+    const double setup = seconds(setup0);
     auto fast = fb::compile(w3);
     const auto before = std::chrono::steady_clock::now();
     const auto y = fast(x, w.w1, w.b1, w.w2, w.b2, w.w3, w.b3);
@@ -128,10 +136,71 @@ int warm_child(const std::string& which) {
     const auto again = std::chrono::steady_clock::now();
     (void)fast(x, w.w1, w.b1, w.w2, w.b2, w.w3, w.b3);
     const double run = seconds(again);
-    std::printf("{\"first_result_since_start_s\":%.4f,\"first_call_s\":%.4f,\"run_s\":%.4f,\"check\":%g}\n",
-                seconds(process_start), first, run, static_cast<double>(y.flat(7)));
+    const double since_start = seconds(process_start);
+    std::printf("%.4f %.4f %.4f %.4f %g\n", since_start, setup, first, run, static_cast<double>(y.flat(7)));
   }
   return 0;
+}
+
+/// One residual block of width D: x + gelu(layer_norm(x) @ w + b). Every block of a stack has
+/// the same structure (its own weights), so its kernels are identical.
+template <std::size_t D>
+struct block_weights {
+  vec<D> gamma, beta, bias;
+  mat<D, D> w;
+  explicit block_weights(std::uint64_t seed) {
+    gamma.fill_random(seed, 0.5f, 1.5f);
+    beta.fill_random(seed + 1);
+    bias.fill_random(seed + 2);
+    w.fill_random(seed + 3, -1.0f / D, 1.0f / D);
+  }
+};
+
+template <std::size_t L, class X, class Blocks>
+auto residual_stack(const X& x, const Blocks& blocks) {
+  if constexpr (L == 0) {
+    return x;
+  } else {
+    const auto h = residual_stack<L - 1>(x, blocks);
+    const auto& p = blocks[L - 1];
+    return h + fb::gelu(fb::matmul(fb::layer_norm(h, p.gamma, p.beta, 1e-5f), p.w) + p.bias);
+  }
+}
+
+/// Cold compile of an L-block stack in this fresh process: prints compile seconds, compiles and
+/// kernels compiled. The width differs between L = 1 and L = 12, so neither finds the other's
+/// kernels in the shared cache directory.
+template <std::size_t L, std::size_t D>
+int regional_child_run() {
+  std::vector<block_weights<D>> blocks;
+  for (std::size_t l = 0; l < L; ++l) blocks.emplace_back(100 + 10 * l);
+  dmat<D> x(64);
+  x.fill_random(7);
+  auto fast = fb::compile([&blocks](auto in) { return residual_stack<L>(in, blocks); });
+  const auto compiles0 = fb::jit::counters().compiles.load();
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto y = fast(x);
+  const double first = seconds(t0);
+  std::printf("%.4f %llu %zu %g\n", first,
+              static_cast<unsigned long long>(fb::jit::counters().compiles.load() - compiles0),
+              static_cast<std::size_t>(fb::jit::counters().kernels_compiled.load()), static_cast<double>(y.flat(3)));
+  return 0;
+}
+
+int regional_child(const std::string& layers) {
+  return layers == "12" ? regional_child_run<12, 448>() : regional_child_run<1, 384>();
+}
+
+/// Runs this binary with `args`; returns its first line of output (empty on failure).
+std::string run_child(const char* self, const std::string& args) {
+  const std::string cmd = std::string("'") + self + "' " + args;
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  char line[512] = {};
+  const bool got = p && std::fgets(line, sizeof line, p);
+  if (p) ::pclose(p);
+  std::string s = got ? line : "";
+  if (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
 }
 
 }  // namespace
@@ -140,6 +209,10 @@ int main(int argc, char** argv) {
   if (argc == 4 && std::string(argv[1]) == "--warm-child") {
     ::setenv("FUSEBOX_CACHE_DIR", argv[3], 1);
     return warm_child(argv[2]);
+  }
+  if (argc == 4 && std::string(argv[1]) == "--regional-child") {
+    ::setenv("FUSEBOX_CACHE_DIR", argv[3], 1);
+    return regional_child(argv[2]);
   }
   unsigned threads = 2;
   for (int i = 1; i + 1 < argc; ++i)
@@ -200,17 +273,44 @@ int main(int argc, char** argv) {
   }
 
   {  // Warm start of W3c in a fresh process from this cache.
-    const auto t0 = std::chrono::steady_clock::now();
-    const std::string cmd = std::string("'") + argv[0] + "' --warm-child W3c '" + cache.path().string() + "'";
-    std::FILE* p = ::popen(cmd.c_str(), "r");
-    char line[512] = {};
-    const bool got = p && std::fgets(line, sizeof line, p);
-    if (p) ::pclose(p);
+    const std::string line = run_child(argv[0], "--warm-child W3c '" + cache.path().string() + "'");
+    double since_start = -1, setup = -1, first = -1, run = -1;
     bench::record r{"W3c_b32_dyn_warm_start", "fusebox", "jit"};
-    r.compile_s = seconds(t0);
-    r.note = got ? std::string("fresh process, compiles forbidden: ") + line : "child failed";
-    if (!r.note.empty() && r.note.back() == '\n') r.note.pop_back();
+    if (std::sscanf(line.c_str(), "%lf %lf %lf %lf", &since_start, &setup, &first, &run) == 4) {
+      // Process start to first result, less the benchmark's input set-up; the target is
+      // "<= 50 ms plus the run itself", so the run is reported beside it.
+      r.compile_s = since_start - setup;
+      r.median_us = run * 1e6;
+      r.note = "fresh process, compiles forbidden: start to first result " + fmt("%.1f ms", (since_start - setup) * 1e3) +
+               " without input set-up (" + fmt("%.0f ms", setup * 1e3) + "); first call " + fmt("%.1f ms", first * 1e3) +
+               ", a warm call " + fmt("%.1f ms", run * 1e3) + "; overhead over the run " +
+               fmt("%.1f ms", (since_start - setup - run) * 1e3);
+    } else {
+      r.note = "child failed: " + line;
+    }
     add(r, 0);
+  }
+  {  // Regional compilation: 12 identical blocks against one, each cold in a fresh process.
+    double one_s = -1, twelve_s = -1;
+    unsigned long long one_c = 0, twelve_c = 0;
+    std::size_t one_k = 0, twelve_k = 0;
+    const std::string a = run_child(argv[0], "--regional-child 1 '" + cache.path().string() + "'");
+    const std::string b = run_child(argv[0], "--regional-child 12 '" + cache.path().string() + "'");
+    const bool ok = std::sscanf(a.c_str(), "%lf %llu %zu", &one_s, &one_c, &one_k) == 3 &&
+                    std::sscanf(b.c_str(), "%lf %llu %zu", &twelve_s, &twelve_c, &twelve_k) == 3;
+    bench::record r1{"residual_block_x1_dyn", "fusebox", "jit"};
+    r1.compile_s = one_s;
+    r1.note = ok ? "cold first call (compile + run), " + std::to_string(one_c) + " compile(s), " +
+                       std::to_string(one_k) + " kernel(s) compiled"
+                 : "child failed: " + a;
+    add(r1, 0);
+    bench::record r12{"residual_block_x12_dyn", "fusebox", "jit"};
+    r12.compile_s = twelve_s;
+    r12.note = ok ? "cold first call (compile + run), " + std::to_string(twelve_c) + " compile(s), " +
+                        std::to_string(twelve_k) + " kernel(s) compiled; " + fmt("%.2fx", twelve_s / one_s) +
+                        " the one-block time"
+                  : "child failed: " + b;
+    add(r12, 0);
   }
   std::printf("\n");
   tab.print();

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "fusebox/cpu/evaluate.hpp"
+#include "fusebox/cuda/tensor.hpp"
 #include "fusebox/cpu/invoke.hpp"
 #include "fusebox/cpu/report.hpp"
 #include "fusebox/graph_break.hpp"
@@ -55,12 +56,17 @@ template <class... Roots>
 struct program_of<std::tuple<Roots...>> {
   using type = cpu::program<typename std::tuple_element_t<0, std::tuple<Roots...>>::value_type, Roots...>;
   using outputs = std::tuple<tensor<typename Roots::value_type, shape_of_t<Roots>>...>;
+  using device_outputs = std::tuple<cuda::tensor<typename Roots::value_type, shape_of_t<Roots>>...>;
 };
+
+template <class A>
+inline constexpr bool is_any_tensor_v = is_tensor_v<A> || cuda::is_tensor_v<A>;
 
 /// Argument I as the model sees it while capturing: tensors become input leaves.
 template <std::size_t I, bool FullGraph, class A>
 auto symbolic_arg(const A& a) {
-  if constexpr (is_tensor_v<A>) return input_leaf<I, typename A::value_type, typename A::shape_type, FullGraph>{{}, a.view()};
+  if constexpr (is_any_tensor_v<A>)
+    return input_leaf<I, typename A::value_type, typename A::shape_type, FullGraph>{{}, a.view()};
   else return a;
 }
 
@@ -99,10 +105,12 @@ class compiled {
   const options& opts() const noexcept { return opts_; }
   unsigned threads() const noexcept { return rt_->pool->size(); }
 
-  /// Runs the compiled model; returns its result(s) as new tensors.
+  /// Runs the compiled model; returns its result(s) as new tensors. With device tensors
+  /// (cuda::tensor) it runs on the CUDA backend and returns device tensors.
   template <class... Args>
   auto operator()(const Args&... args) {
-    return call(nullptr, args...);
+    if constexpr ((cuda::is_tensor_v<Args> || ...)) return call_cuda(args...);
+    else return call(nullptr, args...);
   }
 
   /// Runs the compiled model into caller-owned outputs: no heap allocation in steady state.
@@ -190,6 +198,57 @@ class compiled {
     }
   }
 
+  /// The CUDA backend: the run-time path with CUDA kernels (NVRTC) and cuBLASLt, whatever the
+  /// extents (static ones are baked into the generated source like known dyn ones). The call is
+  /// complete when it returns (the stream is synchronised), so results can be read at once.
+  template <class... Args>
+  auto call_cuda(const Args&... args) {
+    static_assert(((!is_tensor_v<Args>) && ...),
+                  "fusebox: a call mixes host tensors and device tensors (cuda::tensor); move every tensor "
+                  "argument to the device, or none");
+    using PO = program_for_args<Args...>;
+    using Prog = typename PO::type;
+    using Outs = typename PO::device_outputs;
+    static_assert(std::is_same_v<typename Prog::value_type, float>,
+                  "fusebox: compiled CUDA calls take float tensors in this version (bfloat16 and float16 "
+                  "tensors exist, their compiled path does not yet)");
+    if (eager_only()) {
+      // Rollback (FUSEBOX_DISABLE=1 / force_eager): the model runs op by op on the host.
+      auto host = std::apply([&](const auto&... a) { return eager_outputs<typename PO::outputs>(to_host_arg(a)...); },
+                             std::tie(args...));
+      return detail::unwrap(to_device_outputs<Outs>(host));
+    }
+    auto [roots, guard] = capture(nullptr, args...);
+    typename Prog::frame_t f;
+    const auto targs = std::tie(args...);
+    cpu::bind_inputs<Prog>(f, roots, targs);
+    auto& dynamic = cuda_dynamic_for<Prog>();
+    const jit::call_facts facts = dynamic.facts(f, sizeof...(Args));
+    const auto prog = dynamic.select(facts, opts_, hints_, "compiled function (CUDA)");
+    if (!prog) {
+      auto host = std::apply([&](const auto&... a) { return eager_outputs<typename PO::outputs>(to_host_arg(a)...); },
+                             std::tie(args...));
+      return detail::unwrap(to_device_outputs<Outs>(host));
+    }
+    const auto shapes = jit::specialise(Prog::graph::nodes, facts.extents);
+    auto outs = [&]<std::size_t... R>(std::index_sequence<R...>) {
+      return Outs{std::tuple_element_t<R, Outs>(shapes[Prog::graph::outputs[R]].desc.shape)...};
+    }(std::make_index_sequence<std::tuple_size_v<Outs>>{});
+    cpu::bind_outputs<Prog>(f, outs);
+    using dyn_t = jit::dynamic_function<Prog, jit::cuda_target>;
+    const auto concrete = jit::specialise(dyn_t::padded(Prog::graph::nodes), facts.extents);
+    cpu::frame<typename Prog::value_type, dyn_t::NB> g;
+    for (std::size_t i = 0; i < Prog::N; ++i) {
+      g.loc[i] = f.loc[i];
+      g.copy_to[i] = f.copy_to[i];
+      g.payload[i] = f.payload[i];
+    }
+    if (!cuda_rt_) cuda_rt_ = std::make_unique<jit::cuda_runtime>();
+    prog->run(g, concrete, *cuda_rt_);
+    cuda_rt_->stream.sync();
+    return detail::unwrap(std::move(outs));
+  }
+
   /// A range (and optimisation hint) for dimension `dim` of argument `arg`: guards of symbolic
   /// specialisations accept only extents in [min, max], and an extent outside is a shape_error.
   compiled& hint(std::size_t arg, std::size_t dim, std::size_t min, std::size_t max, std::size_t opt = 0) {
@@ -228,6 +287,31 @@ class compiled {
       ~restore() { set_default_threads(n); }
     } r{saved};
     return Outs(model_(args...));
+  }
+
+  template <class A>
+  static decltype(auto) to_host_arg(const A& a) {
+    if constexpr (cuda::is_tensor_v<A>) return a.to_host();
+    else return (a);
+  }
+  template <class Outs, class Host>
+  static Outs to_device_outputs(const Host& host) {
+    return [&]<std::size_t... R>(std::index_sequence<R...>) {
+      return Outs{std::tuple_element_t<R, Outs>(std::get<R>(host))...};
+    }(std::make_index_sequence<std::tuple_size_v<Outs>>{});
+  }
+
+  /// The CUDA run-time state of one expression type.
+  template <class Prog>
+  jit::dynamic_function<Prog, jit::cuda_target>& cuda_dynamic_for() {
+    using D = jit::dynamic_function<Prog, jit::cuda_target>;
+    const void* tag = &meta::type_tag<D>;
+    for (auto& [t, d] : dynamic_state_)
+      if (t == tag) return *static_cast<D*>(d.get());
+    auto d = std::make_shared<D>();
+    dynamic_state_.emplace_back(tag, d);
+    dynamic_.push_back(recompile_counter{[d] { return d->recompiles(); }});
+    return *d;
   }
 
   /// The run-time state of one expression type (one per argument types seen).
@@ -278,6 +362,7 @@ class compiled {
   Model model_;
   options opts_;
   std::unique_ptr<cpu::runtime> rt_ = std::make_unique<cpu::runtime>();
+  std::unique_ptr<jit::cuda_runtime> cuda_rt_;  // created by the first CUDA call
   std::vector<dim_hint> hints_;
   std::vector<std::pair<const void*, std::shared_ptr<void>>> dynamic_state_;
   std::vector<recompile_counter> dynamic_;

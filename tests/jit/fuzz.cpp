@@ -23,6 +23,8 @@ struct case_result {
   std::string name;
   std::vector<fb::jit::rendered_kernel> sources;
   std::function<void(std::vector<fb::jit::kernel_binary>)> finish;  // runs the JIT programs and checks
+  std::vector<fb::jit::rendered_cuda_kernel> cuda_sources;          // the same programs as CUDA
+  std::function<void()> run_cuda;  // on a GPU: builds and runs the CUDA programs and checks
 };
 
 constexpr double tolerance = 2e-4;
@@ -85,6 +87,53 @@ case_result run_case() {
     prepared.push_back(dynamic::prepare(symbolic));
   }
   for (const auto& p : prepared) out.sources.insert(out.sources.end(), p.sources.begin(), p.sources.end());
+
+  // CUDA: the same specialisations rendered for NVRTC (compiled for sm_90 in the test body, GPU
+  // or not), and on a GPU built and run against the same reference.
+  using cuda_dynamic = fb::jit::dynamic_function<Prog, fb::jit::cuda_target>;
+  std::vector<fb::jit::guard> cuda_guards{exact};
+  if (R >= 2) {
+    fb::jit::guard symbolic = exact;
+    symbolic.pattern[0].extent[0] = fb::symbol(0);
+    symbolic.symbol_min = {2};
+    symbolic.symbol_max = {fb::dyn};
+    cuda_guards.push_back(symbolic);
+  }
+  for (const auto& g : cuda_guards) {
+    typename cuda_dynamic::program_t cp;
+    cuda_dynamic::specialise_into(cp, g);
+    for (int k = 0; k < cp.plan.n_kernels; ++k)
+      if (cuda_dynamic::generated(cp.plan.kernels[k]))
+        out.cuda_sources.push_back(fb::jit::render_cuda_kernel(cp.nodes, cp.plan, k, fb::dtype::f32, cp.unit_inner));
+  }
+  out.run_cuda = [=, name = out.name] {
+    INFO(name << " (CUDA)");
+    fb::cuda::tensor<float, fb::shape<R, C>> dx(*x);
+    fb::cuda::tensor<float, fb::shape<C>> dw(*w);
+    fb::cuda::tensor<float, fb::shape<C, C>> dm(*m);
+    fb::cuda::tensor<float, fb::shape_of_t<E>> dy;
+    fb::jit::cuda_runtime crt;
+    for (const auto& g : cuda_guards) {
+      const auto prog = cuda_dynamic::build(g);
+      typename Prog::frame_t f;
+      fb::cpu::bind_inputs<Prog>(f, std::tie(*e), std::tie(dx, dw, dm));
+      auto outs = std::tie(dy);
+      fb::cpu::bind_outputs<Prog>(f, outs);
+      const auto concrete = fb::jit::specialise(cuda_dynamic::padded(Prog::graph::nodes),
+                                                {x->extents(), w->extents(), m->extents()});
+      fb::cpu::frame<float, cuda_dynamic::NB> gf;
+      for (std::size_t i = 0; i < Prog::N; ++i) {
+        gf.loc[i] = f.loc[i];
+        gf.copy_to[i] = f.copy_to[i];
+        gf.payload[i] = f.payload[i];
+      }
+      prog->run(gf, concrete, crt);
+      crt.stream.sync();
+      std::string why3;
+      CHECK(error_against(dy.to_host(), *reference, &why3) <= tolerance);
+      INFO(why3);
+    }
+  };
   auto shared = std::make_shared<std::vector<typename dynamic::prepared>>(std::move(prepared));
   out.finish = [=, name = out.name](std::vector<fb::jit::kernel_binary> bins) {
     INFO(name);
@@ -136,4 +185,24 @@ TEST_CASE("seeded random programs agree: eager == static == JIT == double refere
     c.finish(std::move(mine));
   }
   CHECK(cases.size() == FUSEBOX_FUZZ_COUNT);
+
+  // CUDA: every program's kernels compile with NVRTC for sm_90 (no GPU needed), and on a GPU
+  // every program runs there against the same double reference.
+  if (!fb::cuda::nvrtc_available()) {
+    WARN("NVRTC not found: the CUDA rendering of these programs was not compiled");
+    return;
+  }
+  std::vector<fb::jit::rendered_cuda_kernel> cuda_all;
+  for (const auto& c : cases) cuda_all.insert(cuda_all.end(), c.cuda_sources.begin(), c.cuda_sources.end());
+  try {
+    const auto built = fb::cuda::nvrtc_compile(fb::jit::make_cuda_unit(cuda_all).source, "fuzz", "sm_90");
+    CHECK(!built.cubin.empty());
+  } catch (const fb::cuda::nvrtc_error& e) {
+    FAIL(e.what());
+  }
+  if (!fb::cuda::available()) {
+    WARN("no CUDA device: the programs were compiled for sm_90 but not run on a GPU");
+    return;
+  }
+  for (auto& c : cases) c.run_cuda();
 }

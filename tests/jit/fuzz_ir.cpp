@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -55,6 +56,20 @@ const binary_entry binaries[] = {{"add", b<fb::ops::add>},         {"sub", b<fb:
                                  {"minimum", b<fb::ops::minimum>}};
 const char* reducers[] = {"sum", "mean", "max", "min"};
 
+/// An op's CUDA spelling by name, from the op structs (the IR built here names ops by string).
+template <class... Ops>
+const char* device_of(std::string_view name) {
+  const char* d = "";
+  ((name == Ops::name ? (d = Ops::device, 0) : 0), ...);
+  return d;
+}
+const char* spelling(std::string_view name) {
+  namespace o = fb::ops;
+  return device_of<o::neg, o::abs, o::exp, o::log, o::sqrt, o::rsqrt, o::tanh, o::sigmoid, o::relu, o::gelu,
+                   o::gelu_tanh, o::silu, o::add, o::sub, o::mul, o::div, o::pow, o::maximum, o::minimum, o::eq,
+                   o::ne, o::lt, o::le, o::gt, o::ge, o::where, o::sum, o::mean, o::max, o::min>(name);
+}
+
 struct program_ir {
   std::array<fb::ir::node, NB> nodes{};
   int size = 0;
@@ -70,6 +85,7 @@ struct program_ir {
     fb::ir::node n{};
     n.desc.kind = fb::node_kind::pointwise;
     n.desc.name = op;
+    n.desc.device = spelling(op);
     n.desc.flops = 4;
     fb::dims s{};
     for (int i : in) {
@@ -83,6 +99,7 @@ struct program_ir {
     fb::ir::node n{};
     n.desc.kind = fb::node_kind::reduce;
     n.desc.name = op;
+    n.desc.device = spelling(op);
     n.desc.flops = 1;
     n.desc.axis = axis;
     n.desc.keepdim = true;
@@ -295,6 +312,25 @@ TEST_CASE("hundreds of random IR programs: JIT (exact and symbolic) == double in
       c.which.push_back(std::move(ks));
     }
     cases.push_back(std::move(c));
+  }
+  // The same kernels rendered as CUDA and compiled by NVRTC for sm_90: code-generation errors of
+  // the CUDA backend show up here on machines without a GPU.
+  if (fb::cuda::nvrtc_available()) {
+    std::vector<fb::jit::rendered_cuda_kernel> cuda_kernels;
+    for (const auto& c : cases)
+      for (std::size_t v = 0; v < c.progs.size(); ++v)
+        for (int k : c.which[v])
+          cuda_kernels.push_back(fb::jit::render_cuda_kernel(c.progs[v]->nodes, c.progs[v]->plan, k, fb::dtype::f32,
+                                                             c.progs[v]->unit_inner));
+    const fb::jit::cuda_unit unit = fb::jit::make_cuda_unit(cuda_kernels);
+    try {
+      const auto built = fb::cuda::nvrtc_compile(unit.source, "fuzz_ir", "sm_90");
+      CHECK(!built.cubin.empty());
+    } catch (const fb::cuda::nvrtc_error& e) {
+      FAIL(e.what());
+    }
+  } else {
+    WARN("NVRTC not found: the CUDA rendering of these programs was not compiled");
   }
   std::vector<fb::jit::kernel_binary> bins;
   try {

@@ -300,3 +300,62 @@ TEST_CASE("profile: a compiled call records compile spans, cache events and kern
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK(text.find("\"traceEvents\"") != std::string::npos);
 }
+
+namespace {
+
+/// A residual block x + gelu(layer_norm(x) @ w + b) with its own weights, stacked L times: every
+/// block has the same structure, so its kernels have the same key.
+template <std::size_t D>
+struct block {
+  fb::tensor<float, fb::shape<D>> gamma, beta, bias;
+  fb::tensor<float, fb::shape<D, D>> w;
+  explicit block(std::uint64_t seed) {
+    gamma.fill_random(seed, 0.5f, 1.5f);
+    beta.fill_random(seed + 1);
+    bias.fill_random(seed + 2);
+    w.fill_random(seed + 3, -0.1f, 0.1f);
+  }
+};
+
+template <std::size_t L, class X, class Blocks>
+auto stack(const X& x, const Blocks& blocks) {
+  if constexpr (L == 0) {
+    return x;
+  } else {
+    const auto h = stack<L - 1>(x, blocks);
+    const auto& p = blocks[L - 1];
+    return h + fb::gelu(fb::matmul(fb::layer_norm(h, p.gamma, p.beta, 1e-5f), p.w) + p.bias);
+  }
+}
+
+/// Distinct kernels compiled by the first call of an L-block stack of width D, and its result
+/// against the same stack run eagerly.
+template <std::size_t L, std::size_t D>
+std::uint64_t stack_kernels_compiled() {
+  std::vector<block<D>> blocks;
+  for (std::size_t l = 0; l < L; ++l) blocks.emplace_back(100 + 10 * l);
+  auto f = [&blocks](auto in) { return stack<L>(in, blocks); };
+  fb::tensor<float, fb::shape<fb::dyn, D>> x(5);
+  x.fill_random(9);
+  auto fast = fb::compile(f);
+  const auto before = fb::jit::counters().kernels_compiled.load();
+  const auto y = fast(x);
+  const auto compiled = fb::jit::counters().kernels_compiled.load() - before;
+  const auto e = fb::eager(f)(x);
+  REQUIRE(e.extents() == y.extents());
+  for (std::size_t i = 0; i < e.size(); ++i) REQUIRE(y.flat(i) == Approx(e.flat(i)).epsilon(1e-4).margin(1e-5));
+  return compiled;
+}
+
+}  // namespace
+
+TEST_CASE("regional compilation: a stack of 12 identical blocks compiles one block's kernels", "[jit][cache]") {
+  cache();
+  // Different widths, so neither stack finds the other's kernels in the cache.
+  const auto one = stack_kernels_compiled<1, 24>();
+  const auto twelve = stack_kernels_compiled<12, 40>();
+  CHECK(one >= 2);  // the layer_norm rows kernel and the matmul epilogue at least
+  // Block 1 reads the caller's input and later blocks read fusebox's buffers, which can give the
+  // first block's kernel different alignment facts; nothing grows with the depth.
+  CHECK(twelve <= one + 2);
+}

@@ -46,7 +46,16 @@ struct node_desc {
   int flops = 0;                ///< per output element, for reports and fusion heuristics
   std::size_t input_index = 0;  ///< input leaves: which argument
   int view_a = -1, view_b = -1; ///< views: the two swapped dimensions of a transpose; -1 for reshape
+  const char* device = "";      ///< pointwise and reduce: the op's CUDA spelling (ops/), "" if it has none
 };
+
+/// An op's CUDA spelling (its `device` member), or "" for an op without one (the CUDA code
+/// generator then refuses the kernel by the op's name).
+template <class Op>
+constexpr const char* device_spelling() {
+  if constexpr (requires { Op::device; }) return Op::device;
+  else return "";
+}
 
 /// Base of all expression types, so operators can be constrained to them.
 struct expr_base {};
@@ -139,7 +148,7 @@ struct pointwise : expr_base {
   using children = meta::type_list<Args...>;
   using op = Op;
   static constexpr node_desc desc{node_kind::pointwise, Op::name, detail::pointwise_shape<Op, Args...>(), -1, false,
-                                  Op::flops};
+                                  Op::flops, 0, -1, -1, device_spelling<Op>()};
   static constexpr bool has_payload = (Args::has_payload || ...);
   static constexpr bool symbolic = (Args::symbolic || ...);
   static constexpr bool fullgraph = (Args::fullgraph || ...);
@@ -170,7 +179,7 @@ struct reduction : expr_base {
   using children = meta::type_list<Arg>;
   using op = Op;
   static constexpr node_desc desc{node_kind::reduce, Op::name, detail::reduced_shape(Arg::desc.shape, Axis, Keepdim),
-                                  Axis, Keepdim, Op::flops};
+                                  Axis, Keepdim, Op::flops, 0, -1, -1, device_spelling<Op>()};
   static constexpr bool has_payload = Arg::has_payload, symbolic = Arg::symbolic, fullgraph = Arg::fullgraph;
   Arg arg;
 

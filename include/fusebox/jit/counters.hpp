@@ -39,6 +39,7 @@ struct counter_snapshot {
   std::uint64_t hits = 0;             // in-memory kernel cache hits
   std::uint64_t misses = 0;           // in-memory kernel cache misses
   std::uint64_t compiles = 0;         // host compiler / NVRTC runs (successful or not)
+  std::uint64_t kernels_compiled = 0; // distinct kernels in those runs (identical kernels count once)
   std::uint64_t compile_failures = 0; // of those, the ones that failed
   std::uint64_t recompiles = 0;       // compiles caused by a failed guard
   std::uint64_t disk_hits = 0;
@@ -58,6 +59,7 @@ class counter_set {
   std::atomic<std::uint64_t> hits{0};
   std::atomic<std::uint64_t> misses{0};
   std::atomic<std::uint64_t> compiles{0};
+  std::atomic<std::uint64_t> kernels_compiled{0};
   std::atomic<std::uint64_t> compile_failures{0};
   std::atomic<std::uint64_t> recompiles{0};
   std::atomic<std::uint64_t> disk_hits{0};
@@ -94,6 +96,7 @@ class counter_set {
     s.hits = hits.load(std::memory_order_relaxed);
     s.misses = misses.load(std::memory_order_relaxed);
     s.compiles = compiles.load(std::memory_order_relaxed);
+    s.kernels_compiled = kernels_compiled.load(std::memory_order_relaxed);
     s.compile_failures = compile_failures.load(std::memory_order_relaxed);
     s.recompiles = recompiles.load(std::memory_order_relaxed);
     s.disk_hits = disk_hits.load(std::memory_order_relaxed);
@@ -109,7 +112,7 @@ class counter_set {
 
   /// Zeroes everything (fusebox::reset() and tests).
   void reset() {
-    for (auto* c : {&hits, &misses, &compiles, &compile_failures, &recompiles, &disk_hits,
+    for (auto* c : {&hits, &misses, &compiles, &kernels_compiled, &compile_failures, &recompiles, &disk_hits,
                     &disk_misses, &disk_stores, &evictions})
       c->store(0, std::memory_order_relaxed);
     compile_nanoseconds_.store(0, std::memory_order_relaxed);

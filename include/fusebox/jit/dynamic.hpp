@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "fusebox/cpu/executor.hpp"
+#include "fusebox/jit/cuda_program.hpp"
 #include "fusebox/jit/guard.hpp"
 #include "fusebox/jit/kernel_store.hpp"
 #include "fusebox/jit/program.hpp"
@@ -27,10 +28,16 @@
 
 namespace fusebox::jit {
 
-template <class Prog>
+/// Where a run-time program runs: generated C++ on the CPU, or generated CUDA on the GPU. The
+/// guards, the recompile policy and the planner are the same for both.
+struct cpu_target {};
+struct cuda_target {};
+
+template <class Prog, class Target = cpu_target>
 class dynamic_function {
   using T = typename Prog::value_type;
   static constexpr std::size_t N = Prog::N;
+  static constexpr bool on_cuda = std::is_same_v<Target, cuda_target>;
 
  public:
   /// Node arrays of the run-time path are padded to a few sizes (16, 32, 64, ...), so the planner,
@@ -41,7 +48,7 @@ class dynamic_function {
     while (b < N) b *= 2;
     return b;
   }();
-  using program_t = program<T, NB>;
+  using program_t = std::conditional_t<on_cuda, cuda_program<T, NB>, program<T, NB>>;
 
   /// The graph of Prog padded with unused scalar leaves.
   static std::array<ir::node, NB> padded(const std::array<ir::node, N>& nodes) {
@@ -180,38 +187,47 @@ class dynamic_function {
     std::vector<int> which;  ///< kernel index of each source
   };
 
-  /// Specialise, plan and render the program of one guard.
-  static prepared prepare(const guard& g) {
-    prepared out;
-    auto p = std::make_shared<program_t>();
-    p->nodes = specialise(padded(Prog::graph::nodes), g.pattern);
-    p->plan = plan::make_plan(p->nodes, Prog::graph::outputs, sizeof(T));
-    p->key = describe_graph(p->nodes);
+  /// Specialises the graph to the guard's extents and plans it (the one planner); records which
+  /// memory has unit inner stride.
+  template <class P>
+  static void specialise_into(P& p, const guard& g) {
+    p.nodes = specialise(padded(Prog::graph::nodes), g.pattern);
+    p.plan = plan::make_plan(p.nodes, Prog::graph::outputs, sizeof(T));
+    p.key = describe_graph(p.nodes);
     // Which memory has unit inner stride: arguments as guarded; our own buffers always; a
     // transpose of the last dimension never; anything the user hands back (graph breaks,
     // captured tensors) is read with its strides.
     for (std::size_t i = 0; i < NB; ++i) {
-      const ir::node& n = p->nodes[i];
+      const ir::node& n = p.nodes[i];
       switch (n.desc.kind) {
-        case node_kind::input: p->unit_inner[i] = g.unit_inner[n.desc.input_index]; break;
+        case node_kind::input: p.unit_inner[i] = g.unit_inner[n.desc.input_index]; break;
         case node_kind::tensor:
-        case node_kind::opaque: p->unit_inner[i] = false; break;
+        case node_kind::opaque: p.unit_inner[i] = false; break;
         case node_kind::view: {
           const int last = static_cast<int>(n.desc.shape.rank) - 1;
-          p->unit_inner[i] = n.desc.view_a < 0 || (n.desc.view_a != last && n.desc.view_b != last
-                                                       ? p->unit_inner[n.inputs[0]]
-                                                       : false);
+          p.unit_inner[i] = n.desc.view_a < 0 || (n.desc.view_a != last && n.desc.view_b != last
+                                                      ? p.unit_inner[n.inputs[0]]
+                                                      : false);
           break;
         }
-        default: p->unit_inner[i] = true;
+        default: p.unit_inner[i] = true;
       }
     }
+  }
+
+  static bool generated(const plan::kernel& kn) {
+    return kn.kind == plan::kernel_kind::rows || kn.kind == plan::kernel_kind::reduce_cols ||
+           (kn.kind == plan::kernel_kind::matmul && kn.group >= 0);
+  }
+
+  /// Specialise, plan and render the program of one guard.
+  static prepared prepare(const guard& g) {
+    prepared out;
+    auto p = std::make_shared<program_t>();
+    specialise_into(*p, g);
     const dtype t = dtype_of<T>();
     for (int k = 0; k < p->plan.n_kernels; ++k) {
-      const plan::kernel& kn = p->plan.kernels[k];
-      const bool generated = kn.kind == plan::kernel_kind::rows || kn.kind == plan::kernel_kind::reduce_cols ||
-                             (kn.kind == plan::kernel_kind::matmul && kn.group >= 0);
-      if (!generated) continue;
+      if (!generated(p->plan.kernels[k])) continue;
       out.sources.push_back(render_cpu_kernel(p->nodes, p->plan, k, t, p->unit_inner));
       out.which.push_back(k);
     }
@@ -225,11 +241,47 @@ class dynamic_function {
     return p.prog;
   }
 
-  /// Builds the program of one guard: prepare, then compile its kernels in one compiler run.
+  /// Builds the program of one guard: prepare, then compile its kernels in one compiler run
+  /// (the host compiler, or NVRTC for the CUDA target).
   static std::shared_ptr<const program_t> build(const guard& g) {
-    prepared p = prepare(g);
-    auto bins = kernel_store::instance().get_all(p.sources);
-    return attach(std::move(p), std::move(bins));
+    if constexpr (on_cuda) {
+      return build_cuda(g);
+    } else {
+      prepared p = prepare(g);
+      auto bins = kernel_store::instance().get_all(p.sources);
+      return attach(std::move(p), std::move(bins));
+    }
+  }
+
+  /// The CUDA program of one guard: the same specialisation and plan, kernels rendered as CUDA and
+  /// compiled by NVRTC in one unit. An NVRTC failure becomes a compile_failure (source and log kept).
+  static std::shared_ptr<const program_t> build_cuda(const guard& g) {
+    auto p = std::make_shared<program_t>();
+    specialise_into(*p, g);
+    p->storage = storage_dtype<T>();
+    std::vector<rendered_cuda_kernel> rs;
+    std::vector<int> which;
+    for (int k = 0; k < p->plan.n_kernels; ++k) {
+      if (!generated(p->plan.kernels[k])) continue;
+      rs.push_back(render_cuda_kernel(p->nodes, p->plan, k, p->storage, p->unit_inner));
+      which.push_back(k);
+    }
+    if (!rs.empty()) {
+      cuda_binary bin;
+      try {
+        bin = cuda_store::instance().get(rs, false);
+      } catch (const cuda::nvrtc_error& e) {
+        throw compile_failure(std::string("fusebox: generated CUDA kernels failed to compile: ") + e.what(), e.source,
+                              e.log);
+      }
+      for (std::size_t i = 0; i < which.size(); ++i) {
+        p->kernels[which[i]] = rs[i];
+        p->vector_entry[which[i]] = bin.vector_entry[i];
+        p->scalar_entry[which[i]] = bin.scalar_entry[i];
+      }
+      p->module = bin.module;
+    }
+    return p;
   }
 
  private:

@@ -122,6 +122,7 @@ class kernel_store {
     }
     compile_result built = compiler_for_kernels().compile(unit, "fusebox_kernels");
     if (!built.ok) throw compile_failure("fusebox: generated kernels failed to compile", unit, built.log);
+    counters().kernels_compiled.fetch_add(distinct.size(), std::memory_order_relaxed);
     std::string what;
     for (std::size_t i : distinct) what += "\n  " + rs[i].summary;
     log(log_category::kernels, std::to_string(distinct.size()) + " kernel(s) compiled in " +

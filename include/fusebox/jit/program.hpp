@@ -55,7 +55,7 @@ struct program {
     for (int k = 0; k < p.n_kernels; ++k)
       if (p.kernels[k].kind == plan::kernel_kind::matmul && p.kernels[k].group >= 0)
         f.loc[p.kernels[k].node] = f.loc[epilogue_output(p.kernels[k].group)];
-    bind_views(f, concrete);
+    bind_views(nodes, f, concrete);
     const unsigned threads = rt.pool->size();
     const std::size_t scratch_stride = (p.row_scratch_elems * sizeof(T) + 63) / 64 * 64;
     std::size_t gemm_ws = 0;
@@ -79,36 +79,27 @@ struct program {
           break;
         case plan::kernel_kind::opaque:
           opaque(kn.node, f);
-          bind_views(f, concrete);
+          bind_views(nodes, f, concrete);
           break;
         case plan::kernel_kind::copy: cpu::strided_copy(f.loc[kn.node], f.copy_to[kn.node]); break;
       }
     }
   }
 
-  int epilogue_output(int group) const {
+  int epilogue_output(int group) const { return epilogue_output_of(plan, group); }
+
+  // ---- steps shared with the CUDA host side (jit/cuda_program.hpp) ----
+
+  /// The materialised member of a matmul epilogue group (where the product is written in place).
+  static int epilogue_output_of(const plan::plan_t<N>& p, int group) {
     for (std::size_t i = 0; i < N; ++i)
-      if (plan.group[i] == group && plan.materialised[i]) return static_cast<int>(i);
+      if (p.group[i] == group && p.materialised[i]) return static_cast<int>(i);
     return -1;
   }
 
- private:
-  /// The call's arguments for one generated kernel, in its local numbering.
-  struct args_block {
-    std::vector<void*> ptr;
-    std::vector<std::ptrdiff_t> stride;
-    std::vector<double> scalar;
-    dims space{};
-    kernel_args a{};
-    void finish() {
-      a.ptr = ptr.data();
-      a.stride = stride.data();
-      a.space = space.extent.data();
-      a.scalar = scalar.data();
-    }
-  };
-
-  void bind_views(cpu::frame<T, N>& f, const std::array<ir::node, N>& concrete) const {
+  /// Views (transpose, reshape) take their input's memory with their own shape and strides.
+  static void bind_views(const std::array<ir::node, N>& nodes, cpu::frame<T, N>& f,
+                         const std::array<ir::node, N>& concrete) {
     for (std::size_t i = 0; i < N; ++i) {
       const ir::node& n = nodes[i];
       if (n.desc.kind != node_kind::view) continue;
@@ -126,6 +117,7 @@ struct program {
     }
   }
 
+  /// The index space a generated kernel runs over, at the call's extents.
   static dims space_for(const plan::plan_t<N>& p, const std::array<ir::node, N>& concrete, const plan::kernel& kn) {
     if (kn.kind == plan::kernel_kind::reduce_cols) return concrete[concrete[kn.node].inputs[0]].desc.shape;
     if (kn.kind == plan::kernel_kind::matmul) return concrete[kn.node].desc.shape;
@@ -136,6 +128,29 @@ struct program {
       }
     return kn.space;
   }
+
+  /// {batch, M, N, K} of matmul node m at the call's extents.
+  static std::array<std::size_t, 4> mm_sizes(const std::array<ir::node, N>& concrete, int m) {
+    const dims& o = concrete[m].desc.shape;
+    const dims& a = concrete[concrete[m].inputs[0]].desc.shape;
+    return {o.rank == 3 ? o.extent[0] : 1, o.back(1), o.back(0), a.back(0)};
+  }
+
+ private:
+  /// The call's arguments for one generated kernel, in its local numbering.
+  struct args_block {
+    std::vector<void*> ptr;
+    std::vector<std::ptrdiff_t> stride;
+    std::vector<double> scalar;
+    dims space{};
+    kernel_args a{};
+    void finish() {
+      a.ptr = ptr.data();
+      a.stride = stride.data();
+      a.space = space.extent.data();
+      a.scalar = scalar.data();
+    }
+  };
 
   args_block make_args(const cpu::frame<T, N>& f, const plan::plan_t<N>& p, const std::array<ir::node, N>& concrete,
                        int k, const plan::kernel& kn) const {
@@ -197,12 +212,6 @@ struct program {
     const std::size_t blocks = (width + block - 1) / block;
     const auto fn = reinterpret_cast<cols_fn>(kernels[k].fn);
     pool.parallel_for(blocks, [&](std::size_t t, unsigned) { fn(&b.a, t * block, std::min(width, (t + 1) * block)); });
-  }
-
-  static std::array<std::size_t, 4> mm_sizes(const std::array<ir::node, N>& concrete, int m) {
-    const dims& o = concrete[m].desc.shape;
-    const dims& a = concrete[concrete[m].inputs[0]].desc.shape;
-    return {o.rank == 3 ? o.extent[0] : 1, o.back(1), o.back(0), a.back(0)};
   }
 
   void run_matmul(cpu::frame<T, N>& f, const std::array<ir::node, N>& concrete, int k, const plan::kernel& kn,

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# bench/gpu.sh: everything GPU-related in one call on the GPU machine (issue 4): configure, build
+# the CUDA tests and the GPU benchmark, run the tests (the [cuda] suite, the differential fuzzers
+# with their CUDA half, compute-sanitizer memcheck on the CUDA tests), then fusebox's benchmark and
+# torch_reference.py in the same run, and print one merged table.
+#
+#   ../shared/device/stage-deps.sh                 # here, once: header-only deps into .deps/
+#   device run (carry .deps):  bash bench/gpu.sh [--quick] [--skip-torch] [--skip-tests]
+#
+# Logs and JSON go to $OUT (the device tool brings them back) or ./gpu-out. Each step is timed
+# and a failed step does not stop the others; the exit status is that of the test step.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-$root/gpu-out}
+mkdir -p "$out"
+quick=""; torch=1; tests=1
+for a in "$@"; do
+  case $a in
+    --quick) quick=--quick ;;
+    --skip-torch) torch=0 ;;
+    --skip-tests) tests=0 ;;
+  esac
+done
+build=${BUILD:-$root/build-gpu}
+jobs=$(nproc)
+export FUSEBOX_CACHE_DIR=${FUSEBOX_CACHE_DIR:-$build/fusebox-cache}
+step() { local t0=$SECONDS; echo "==> $1"; shift; "$@"; local rc=$?; echo "==> rc=$rc ($((SECONDS - t0)) s)"; return $rc; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$out/gpu.txt"
+step configure cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DFUSEBOX_BUILD_TESTS=ON \
+  -DFUSEBOX_BUILD_BENCH=ON -DCMAKE_PREFIX_PATH="$root/.deps/usr" >"$out/configure.log" 2>&1 ||
+  tail -30 "$out/configure.log"
+targets="bench_gpu"
+[ $tests = 1 ] && targets="$targets fusebox_test_cuda_loader fusebox_test_cuda_runtime fusebox_test_cuda_compiled fusebox_test_jit_fuzz_0 fusebox_test_jit_fuzz_1 fusebox_test_jit_fuzz_2"
+step build cmake --build "$build" -j "$jobs" --target $targets >"$out/build.log" 2>&1 || grep -m20 -B2 -A8 "error" "$out/build.log"
+
+test_rc=0
+if [ $tests = 1 ]; then
+  (cd "$build" && step tests ctest -L cuda --output-on-failure -j 1 --timeout 300) >"$out/tests.log" 2>&1
+  test_rc=$?
+  tail -25 "$out/tests.log"
+  for p in 0 1 2; do
+    (cd "$build" && FUSEBOX_CXXFLAGS=-O1 step "fuzz $p (CPU + CUDA)" ./tests/fusebox_test_jit_fuzz_$p) >"$out/fuzz_$p.log" 2>&1 || test_rc=1
+    tail -4 "$out/fuzz_$p.log"
+  done
+  if command -v compute-sanitizer >/dev/null; then
+    (cd "$build" && step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
+        ./tests/fusebox_test_cuda_compiled) >"$out/memcheck.log" 2>&1 || test_rc=1
+    tail -6 "$out/memcheck.log"
+  fi
+fi
+
+(cd "$build" && step "bench_gpu" ./bench/bench_gpu $quick) >"$out/fusebox.jsonl" 2>"$out/fusebox.err"
+tail -14 "$out/fusebox.jsonl"
+if [ $torch = 1 ]; then
+  step torch_reference env PYTHONUNBUFFERED=1 python3 "$root/bench/peers/torch_reference.py" $quick \
+    --workloads "${TORCH_WORKLOADS:-W1,W2,W3_b1_f32,W3_b32_f32,W3_b256_f32}" --json-out "$out/torch.jsonl" \
+    >"$out/torch.log" 2>&1
+  tail -5 "$out/torch.log"
+fi
+python3 "$root/bench/peers/merge_table.py" "$out/fusebox.jsonl" ${torch:+"$out/torch.jsonl"} 2>&1 | tee "$out/table.txt"
+exit $test_rc

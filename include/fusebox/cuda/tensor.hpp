@@ -1,0 +1,122 @@
+// fusebox/cuda/tensor.hpp: `cuda::tensor<T, Shape>`, a tensor in GPU memory. Same shape rules as
+// the host tensor (static extents in the type, `dyn` ones given at construction); storage is one
+// cuMemAlloc block, contiguous, 256-byte aligned. Element types: float, and the storage types
+// `bfloat16` and `float16` (computed in float on the device).
+//
+// Calling a compiled function with device tensors runs it on the CUDA backend; its results are
+// device tensors. Host <-> device: `cuda::tensor(host)` uploads, `to_host()` downloads (both
+// synchronous); bfloat16 and float16 tensors upload from and download to float host tensors,
+// rounding to nearest even.
+// Depends on: core/{tensor,shape}.hpp, cuda/{memory,driver}.hpp.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "fusebox/core/low_precision.hpp"
+#include "fusebox/core/shape.hpp"
+#include "fusebox/core/tensor.hpp"
+#include "fusebox/cuda/memory.hpp"
+
+namespace fusebox {
+
+namespace cuda {
+
+template <class T, class Shape>
+class tensor {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>,
+                "fusebox: CUDA tensors hold float, bfloat16 or float16");
+
+ public:
+  using value_type = T;
+  using shape_type = Shape;
+  static constexpr std::size_t rank = Shape::rank;
+  /// The host tensor type this one uploads from and downloads to (float for 16-bit storage too).
+  using host_tensor = fusebox::tensor<float, Shape>;
+
+  tensor() requires(Shape::is_static) { allocate(dims_of(Shape{})); }
+
+  /// One extent per `dyn` dimension, left to right.
+  template <class... N>
+    requires(sizeof...(N) > 0 && (std::is_integral_v<N> && ...))
+  explicit tensor(N... run_time_extents) {
+    const std::size_t given[] = {static_cast<std::size_t>(run_time_extents)...};
+    dims d = dims_of(Shape{});
+    std::size_t k = 0;
+    for (std::size_t i = 0; i < rank; ++i)
+      if (d.extent[i] == dyn) {
+        if (k == sizeof...(N)) break;
+        d.extent[i] = given[k++];
+      }
+    if (k != sizeof...(N) || !d.is_static())
+      throw shape_error("cuda::tensor: " + std::to_string(sizeof...(N)) + " extent(s) given for the shape " +
+                            to_string(dims_of(Shape{})),
+                        std::source_location::current());
+    allocate(d);
+  }
+
+  explicit tensor(const dims& d, std::source_location loc = std::source_location::current()) {
+    host_tensor::check_fits(d, "cuda::tensor(dims)", loc);
+    allocate(d);
+  }
+
+  /// Uploads a host tensor (any strides; copied element by element into contiguous storage).
+  explicit tensor(const host_tensor& host) {
+    allocate(host.extents());
+    std::vector<T> staged(host.size());
+    for (std::size_t i = 0; i < staged.size(); ++i) staged[i] = convert(host.flat(i));
+    copy_to_device(buffer_->get(), staged.data(), staged.size() * sizeof(T));
+  }
+
+  tensor(tensor&&) noexcept = default;
+  tensor& operator=(tensor&&) noexcept = default;
+
+  /// Downloads into a new host tensor (waits for the copy).
+  host_tensor to_host() const {
+    host_tensor h(view_.shape);
+    std::vector<T> staged(size());
+    copy_to_host(staged.data(), buffer_->get(), staged.size() * sizeof(T));
+    for (std::size_t i = 0; i < staged.size(); ++i) h.flat(i) = back(staged[i]);
+    return h;
+  }
+
+  /// The device address of element 0 (not dereferenceable on the host).
+  T* data() noexcept { return view_.data; }
+  const T* data() const noexcept { return view_.data; }
+  const dims& extents() const noexcept { return view_.shape; }
+  std::size_t extent(std::size_t d) const noexcept { return view_.shape.extent[d]; }
+  std::size_t size() const noexcept { return view_.shape.size(); }
+  bool contiguous() const noexcept { return true; }
+  strided<const T> view() const noexcept { return {view_.data, view_.shape, view_.stride}; }
+  strided<T> view() noexcept { return view_; }
+
+ private:
+  static T convert(float x) {
+    if constexpr (std::is_same_v<T, float>) return x;
+    else return T::from_float(x);
+  }
+  static float back(T x) {
+    if constexpr (std::is_same_v<T, float>) return x;
+    else return x.to_float();
+  }
+  void allocate(const dims& d) {
+    buffer_ = std::make_unique<device_buffer>(std::max<std::size_t>(d.size() * sizeof(T), 1));
+    view_.data = reinterpret_cast<T*>(buffer_->get());
+    view_.shape = d;
+    view_.stride = contiguous_strides(d);
+  }
+
+  std::unique_ptr<device_buffer> buffer_;
+  strided<T> view_{};
+};
+
+template <class X>
+inline constexpr bool is_tensor_v = false;
+template <class T, class S>
+inline constexpr bool is_tensor_v<tensor<T, S>> = true;
+
+}  // namespace cuda
+}  // namespace fusebox

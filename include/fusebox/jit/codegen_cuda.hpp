@@ -1,0 +1,500 @@
+// jit/codegen_cuda.hpp: renders one kernel of a plan as CUDA C++ for NVRTC.
+//
+// It walks the same plan as the C++ generator (jit/codegen_cpu.hpp) and the static executor, and
+// maps each kernel kind onto the GPU:
+//   rows, no reduction    elementwise: a grid-stride loop over (row, chunk of VEC columns); each
+//                         thread loads VEC elements of every operand with one 16-byte access
+//   rows with passes      one thread block per row: each reduction pass strides the row in chunks
+//                         of VEC, combines in registers, then across the block (warp shuffles and
+//                         one shared word per warp); row scalars follow; the output pass writes
+//   reduce_cols           one thread per output column walks every input row (no atomics: the
+//                         column's outputs belong to that thread alone)
+//   matmul epilogue       the elementwise form over the matmul's output, read in place (the
+//                         product itself comes from cuBLASLt on the host side)
+// Every kernel is a template on VEC with two entry points: `<name>` (VEC = 16 bytes of the
+// storage type) and `<name>_v1` (scalar). The host takes the vector entry when every unit-stride
+// operand is 16-byte aligned and its row strides are multiples of VEC, else the scalar one.
+//
+// Ops are spelled by their own `device` member (ops/*.hpp), wrapped in one __device__ function
+// per op used; values are float whatever the storage type (bfloat16 and float16 convert on load
+// and store). Known extents are literals; symbolic ones are read from the arguments. Node numbers
+// are local to the kernel, so identical kernels render to identical text.
+// Depends on: plan/planner.hpp, ir/graph.hpp, jit/{emitter,kernel_abi}.hpp, core/dtype.hpp.
+#pragma once
+
+#include <array>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "fusebox/core/dtype.hpp"
+#include "fusebox/core/errors.hpp"
+#include "fusebox/ir/graph.hpp"
+#include "fusebox/jit/emitter.hpp"
+#include "fusebox/jit/kernel_abi.hpp"
+#include "fusebox/plan/planner.hpp"
+
+namespace fusebox::jit {
+
+/// The byte layout of a CUDA kernel's one parameter (a struct passed by value) for L local nodes:
+/// ptr[L] (8 bytes each), stride[L * abi_max_rank] (8), space[abi_max_rank] (8), scalar[L] (4).
+struct cuda_args_layout {
+  std::size_t locals = 0;
+  std::size_t ptr_at() const { return 0; }
+  std::size_t stride_at() const { return 8 * locals; }
+  std::size_t space_at() const { return stride_at() + 8 * locals * abi_max_rank; }
+  std::size_t scalar_at() const { return space_at() + 8 * abi_max_rank; }
+  std::size_t bytes() const { return (scalar_at() + 4 * locals + 7) / 8 * 8; }
+};
+
+/// A CUDA kernel as source: the entry point is `fusebox_kernel` (vector) and `fusebox_kernel_v1`.
+struct rendered_cuda_kernel {
+  std::string source;  ///< device functions and the two entry points (the prelude is separate)
+  plan::kernel_kind kind = plan::kernel_kind::rows;
+  std::vector<int> locals;  ///< local number -> graph node id
+  std::vector<int> unit_operands;  ///< locals read or written with unit stride (alignment checked at launch)
+  bool block_per_row = false;      ///< rows kernels with reduction passes
+  std::string summary;
+};
+
+/// The device-side helpers every generated unit starts with: storage conversions for bfloat16
+/// and float16 (no CUDA headers: NVRTC compiles it as it is), 16-byte vector loads and stores,
+/// and the block reduction.
+inline const std::string& cuda_prelude() {
+  static const std::string s = R"(// fusebox CUDA prelude
+struct fb_bf16 { unsigned short bits; };
+struct fb_f16 { unsigned short bits; };
+__device__ __forceinline__ float fb_to_float(float x) { return x; }
+__device__ __forceinline__ float fb_to_float(fb_bf16 x) { return __uint_as_float(static_cast<unsigned>(x.bits) << 16); }
+__device__ __forceinline__ float fb_to_float(fb_f16 x) {
+  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits)); return f;
+}
+template <class T> __device__ __forceinline__ T fb_from_float(float x);
+template <> __device__ __forceinline__ float fb_from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ fb_bf16 fb_from_float<fb_bf16>(float x) {
+  unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x)); return fb_bf16{h};
+}
+template <> __device__ __forceinline__ fb_f16 fb_from_float<fb_f16>(float x) {
+  unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x)); return fb_f16{h};
+}
+struct __align__(16) fb_vec16 { unsigned int w[4]; };
+/// VEC consecutive elements at p as floats: one 16-byte load when VEC * sizeof(T) == 16.
+template <int VEC, class T>
+__device__ __forceinline__ void fb_load(const T* p, float (&out)[VEC]) {
+  if constexpr (VEC * sizeof(T) == 16) {
+    const fb_vec16 v = *reinterpret_cast<const fb_vec16*>(p);
+    const T* e = reinterpret_cast<const T*>(&v);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) out[i] = fb_to_float(e[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) out[i] = fb_to_float(p[i]);
+  }
+}
+template <int VEC, class T>
+__device__ __forceinline__ void fb_store(T* p, const float (&in)[VEC]) {
+  if constexpr (VEC * sizeof(T) == 16) {
+    fb_vec16 v;
+    T* e = reinterpret_cast<T*>(&v);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) e[i] = fb_from_float<T>(in[i]);
+    *reinterpret_cast<fb_vec16*>(p) = v;
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) p[i] = fb_from_float<T>(in[i]);
+  }
+}
+/// Combines one value per thread across the block; every thread gets the result. `red` holds
+/// one word per warp; the barrier on entry keeps a previous reduction's readers safe.
+template <class Op>
+__device__ __forceinline__ float fb_block_reduce(float v, float* red) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = Op::combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31u, warps = (blockDim.x + 31u) >> 5;
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  v = lane < warps ? red[lane] : Op::identity();
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = Op::combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+)";
+  return s;
+}
+
+/// The storage type's name in generated CUDA source.
+inline const char* cuda_storage_name(dtype t) {
+  switch (t) {
+    case dtype::f32: return "float";
+    case dtype::bf16: return "fb_bf16";
+    case dtype::f16: return "fb_f16";
+    default: throw invalid_argument(std::string("fusebox: the CUDA backend stores float32, bfloat16 or float16, not ") + name(t));
+  }
+}
+
+/// Body values of generated CUDA are float scalars at element (j + v); loads, stores and op calls
+/// are spelled by the generator itself (vector loads hoisted out of the element loop).
+inline const language& cuda_language() {
+  static const language l{"float", nullptr, nullptr, nullptr, nullptr, nullptr};
+  return l;
+}
+
+namespace detail {
+
+template <std::size_t N>
+class cuda_codegen {
+ public:
+  cuda_codegen(const std::array<ir::node, N>& nodes, const plan::plan_t<N>& p, int k, dtype t,
+               const std::array<bool, N>& unit_inner)
+      : nodes_(nodes), p_(p), k_(p.kernels[k]), t_(t), unit_inner_(unit_inner) {
+    local_of_.fill(-1);
+  }
+
+  rendered_cuda_kernel render() {
+    std::string body;
+    switch (k_.kind) {
+      case plan::kernel_kind::rows: body = k_.passes > 0 ? row_blocks() : elementwise(); break;
+      case plan::kernel_kind::reduce_cols: body = reduce_cols(); break;
+      case plan::kernel_kind::matmul: body = elementwise(); break;
+      default: return {};
+    }
+    rendered_cuda_kernel r;
+    r.kind = k_.kind;
+    r.locals = locals_;
+    r.block_per_row = k_.kind == plan::kernel_kind::rows && k_.passes > 0;
+    r.summary = summary_;
+    for (int g : unit_) r.unit_operands.push_back(local(g));
+    std::string ops;
+    for (std::size_t g = 0; g < N; ++g)
+      if (member(static_cast<int>(g))) ops += std::string(ops.empty() ? "" : ", ") + nodes_[g].desc.name;
+    r.source = "// fusebox generated CUDA kernel: " + summary_ + "; ops: " + ops + "\n" + functions_ + args_struct() +
+               body;
+    return r;
+  }
+
+ private:
+  int local(int g) {
+    if (local_of_[g] < 0) {
+      local_of_[g] = static_cast<int>(locals_.size());
+      locals_.push_back(g);
+    }
+    return local_of_[g];
+  }
+  std::string L(int g) { return std::to_string(local(g)); }
+  bool member(int g) const { return k_.group >= 0 && p_.group[g] == k_.group; }
+  std::string storage() const { return cuda_storage_name(t_); }
+
+  /// The __device__ function (or struct, for reductions) of an op, emitted once per kernel.
+  std::string op_function(const ir::node& nd) {
+    const std::string fn = std::string("fb_") + nd.desc.name;
+    if (!defined_.insert(fn).second) return fn;
+    if (!nd.desc.device || !*nd.desc.device)
+      throw invalid_argument(std::string("fusebox: op '") + nd.desc.name +
+                             "' has no CUDA spelling (a `device` member in its op struct); it cannot run on the CUDA backend");
+    if (nd.desc.kind == node_kind::reduce) {
+      functions_ += "struct " + fn + " { " + nd.desc.device + " };\n";
+    } else {
+      const char* params[] = {"float x", "float a, float b", "float c, float a, float b"};
+      functions_ += "__device__ __forceinline__ float " + fn + "(" + params[nd.n_inputs - 1] + ") { return " +
+                    nd.desc.device + "; }\n";
+    }
+    return fn;
+  }
+
+  /// Declares the row pointer of memory node g (offset by the row coordinates), once.
+  std::string ptr(int g, bool writable = false) {
+    const std::string l = L(g);
+    if (pointer_decl_[g].empty()) {
+      const std::size_t r = k_.space.rank;
+      std::string s = std::string(writable ? "T* const p" : "const T* const p") + l + " = reinterpret_cast<" +
+                      (writable ? "T*" : "const T*") + ">(a.ptr[" + l + "])";
+      for (std::size_t d = 0; d + 1 < r; ++d)
+        s += " + static_cast<long long>(i" + std::to_string(d) + ") * a.stride[" +
+             std::to_string(local(g) * static_cast<int>(abi_max_rank) + static_cast<int>(d)) + "]";
+      pointer_decl_[g] = s + ";";
+      pointer_order_.push_back(g);
+    }
+    return "p" + l;
+  }
+  std::string inner_stride(int g) {
+    return "a.stride[" + std::to_string(local(g) * static_cast<int>(abi_max_rank) + static_cast<int>(k_.space.rank) - 1) +
+           "]";
+  }
+
+  /// What one element loop needs before it starts: the vector loads of its operands (each once).
+  struct preloads {
+    std::string text;
+    std::set<int> loaded;
+  };
+
+  /// The value of node g at element (j + v) in a body; `pre` collects the vector loads that must
+  /// come before the unrolled element loop.
+  std::string value(body& b, int g, preloads& pre) {
+    const ir::node& nd = nodes_[g];
+    if (nd.desc.kind == node_kind::scalar) return b.let("a.scalar[" + L(g) + "]");
+    if (member(g)) {
+      if (nd.desc.kind == node_kind::reduce || p_.row_constant[g]) return b.let("rs[" + L(g) + "]");
+      std::vector<std::string> args;
+      for (int q = 0; q < nd.n_inputs; ++q) args.push_back(value(b, nd.inputs[q], pre));
+      std::string call = op_function(nd) + "(";
+      for (std::size_t i = 0; i < args.size(); ++i) call += (i ? ", " : "") + args[i];
+      return b.let(call + ")");
+    }
+    const std::string p = ptr(g);
+    if (nd.desc.shape.rank == 0 || nd.desc.shape.back(0) == 1) return b.let("fb_to_float(*" + p + ")");
+    if (unit_inner_[g]) {
+      const std::string x = "x" + L(g);
+      if (pre.loaded.insert(g).second) {
+        unit_.insert(g);
+        pre.text += "float " + x + "[VEC];\nfb_load<VEC>(" + p + " + j, " + x + ");\n";
+      }
+      return b.let(x + "[v]");
+    }
+    return b.let("fb_to_float(" + p + "[static_cast<long long>(j + v) * " + inner_stride(g) + "])");
+  }
+
+  std::string prologue() const {
+    std::string s = "  using T = " + storage() + ";\n";
+    const std::size_t r = k_.space.rank;
+    for (std::size_t d = 0; d < r; ++d)
+      s += "  const unsigned long long E" + std::to_string(d) + " = " +
+           (is_known_extent(k_.space.extent[d]) ? std::to_string(k_.space.extent[d]) + "ull"
+                                                : "a.space[" + std::to_string(d) + "]") +
+           ";\n";
+    s += "  const unsigned long long W = E" + std::to_string(r - 1) + ";\n  unsigned long long rows = 1;\n";
+    for (std::size_t d = 0; d + 1 < r; ++d) s += "  rows *= E" + std::to_string(d) + ";\n";
+    return s + "  (void)W; (void)rows;\n";
+  }
+  std::string coordinates(const std::string& row, const std::string& indent) const {
+    std::string s = indent + "unsigned long long q_ = " + row + ";\n";
+    const std::size_t r = k_.space.rank;
+    for (std::size_t d = r - 1; d-- > 0;)
+      s += indent + "const unsigned long long i" + std::to_string(d) + " = q_ % E" + std::to_string(d) + "; q_ /= E" +
+           std::to_string(d) + ";\n";
+    return s + indent + "(void)q_;\n";
+  }
+  std::string pointers(const std::string& indent) const {
+    std::string s;
+    for (int g : pointer_order_) s += indent + pointer_decl_[g] + "\n";
+    return s;
+  }
+  static std::string indent(const std::string& text, const std::string& by) {
+    std::string s, line;
+    for (char c : text) {
+      line += c;
+      if (c == '\n') {
+        s += by + line;
+        line.clear();
+      }
+    }
+    return s + (line.empty() ? "" : by + line + "\n");
+  }
+
+  /// Per-row scalars (members of per-row shape that are not reductions): every thread computes them.
+  std::string row_scalars() {
+    std::string s;
+    for (std::size_t g = 0; g < N; ++g) {
+      if (!member(static_cast<int>(g)) || nodes_[g].desc.kind == node_kind::reduce || !p_.row_constant[g]) continue;
+      body b(cuda_language());
+      preloads pre;
+      const ir::node& nd = nodes_[g];
+      std::vector<std::string> args;
+      for (int q = 0; q < nd.n_inputs; ++q) args.push_back(value(b, nd.inputs[q], pre));
+      std::string call = op_function(nd) + "(";
+      for (std::size_t i = 0; i < args.size(); ++i) call += (i ? ", " : "") + args[i];
+      s += "      {\n        const int v = 0; const unsigned long long j = 0; (void)v; (void)j;\n" + indent(pre.text, "        ") +
+           b.text("        ") + "        rs[" + L(static_cast<int>(g)) + "] = " + call + ");\n      }\n";
+    }
+    return s;
+  }
+
+  /// The element loop of the output pass: every full-width materialised member, stored.
+  std::string output_body(preloads& pre, bool& any) {
+    body b(cuda_language());
+    std::string stores;
+    for (std::size_t g = 0; g < N; ++g) {
+      if (!member(static_cast<int>(g)) || !p_.materialised[g] || nodes_[g].desc.kind != node_kind::pointwise ||
+          p_.row_constant[g])
+        continue;
+      const std::string v = value(b, static_cast<int>(g), pre);
+      const std::string o = "o" + L(static_cast<int>(g));
+      const std::string p = ptr(static_cast<int>(g), true);
+      any = true;
+      if (unit_inner_[g]) {
+        unit_.insert(static_cast<int>(g));
+        outs_decl_ += "float " + o + "[VEC];\n";
+        outs_store_ += "fb_store<VEC>(" + p + " + j, " + o + ");\n";
+        b.statement(o + "[v] = " + v + ";");
+      } else {
+        b.statement(p + "[static_cast<long long>(j + v) * " + inner_stride(static_cast<int>(g)) +
+                    "] = fb_from_float<T>(" + v + ");");
+      }
+    }
+    return b.text("  ");
+  }
+
+  std::string scalar_outputs(const std::string& indent_by) {
+    std::string s;
+    for (std::size_t g = 0; g < N; ++g)
+      if (member(static_cast<int>(g)) && p_.materialised[g] &&
+          (nodes_[g].desc.kind == node_kind::reduce || p_.row_constant[g]))
+        s += indent_by + "*" + ptr(static_cast<int>(g), true) + " = fb_from_float<T>(rs[" + L(static_cast<int>(g)) + "]);\n";
+    return s;
+  }
+
+  std::string entry_points() const {
+    return "extern \"C\" __global__ void fusebox_kernel(const fb_args a) { fb_body<" + std::to_string(16 / size_of(t_)) +
+           ">(a); }\nextern \"C\" __global__ void fusebox_kernel_v1(const fb_args a) { fb_body<1>(a); }\n";
+  }
+
+  std::string args_struct() {
+    const std::size_t l = std::max<std::size_t>(locals_.size(), 1);
+    return "struct fb_args { unsigned long long ptr[" + std::to_string(l) + "]; long long stride[" +
+           std::to_string(l * abi_max_rank) + "]; unsigned long long space[" + std::to_string(abi_max_rank) +
+           "]; float scalar[" + std::to_string(l) + "]; };\n";
+  }
+
+  /// Elementwise over the kernel's space: rows kernels without passes, and matmul epilogues.
+  std::string elementwise() {
+    preloads pre;
+    bool any = false;
+    const std::string out = output_body(pre, any);
+    const std::string rs = row_scalars();
+    const std::string souts = scalar_outputs("      ");
+    std::string s = "template <int VEC>\n__device__ __forceinline__ void fb_body(const fb_args& a) {\n" + prologue();
+    s += "  const unsigned long long chunks = W / VEC, total = rows * chunks;\n";
+    s += "  for (unsigned long long t = blockIdx.x * static_cast<unsigned long long>(blockDim.x) + threadIdx.x; t < total;\n"
+         "       t += static_cast<unsigned long long>(gridDim.x) * blockDim.x) {\n";
+    s += "    const unsigned long long r = t / chunks, j = (t - r * chunks) * VEC;\n";
+    s += coordinates("r", "    ") + pointers("    ");
+    s += "    float rs[" + std::to_string(locals_.size() + 1) + "];\n    (void)rs;\n" + rs;
+    if (any)
+      s += indent(pre.text + outs_decl_, "    ") + "#pragma unroll\n    for (int v = 0; v < VEC; ++v) {\n" + indent(out, "    ") +
+           "    }\n" + indent(outs_store_, "    ");
+    if (!souts.empty()) s += "    if (j == 0) {\n" + souts + "    }\n";
+    s += "  }\n}\n" + entry_points();
+    summary_ = std::string(k_.kind == plan::kernel_kind::matmul ? "matmul epilogue" : "elementwise") + " over " +
+               to_string(k_.space);
+    return s;
+  }
+
+  /// One reduction pass of a row block.
+  std::string reduction_pass(int r_id) {
+    const ir::node& nd = nodes_[r_id];
+    body b(cuda_language());
+    preloads pre;
+    const std::string v = value(b, nd.inputs[0], pre);
+    const std::string op = op_function(nd);
+    std::string s = "      {  // pass " + std::to_string(p_.pass[r_id]) + ": " + nd.desc.name + "\n";
+    s += "        float acc = " + op + "::identity();\n";
+    s += "        for (unsigned long long j = threadIdx.x * static_cast<unsigned long long>(VEC); j < W; j += blockDim.x * static_cast<unsigned long long>(VEC)) {\n";
+    s += indent(pre.text, "          ") + "#pragma unroll\n          for (int v = 0; v < VEC; ++v) {\n" + b.text("            ") +
+         "            acc = " + op + "::combine(acc, " + v + ");\n          }\n        }\n";
+    s += "        rs[" + L(r_id) + "] = " + op + "::finalize(fb_block_reduce<" + op + ">(acc, fb_red), W);\n      }\n";
+    return s;
+  }
+
+  /// Rows with reduction passes: one block per row.
+  std::string row_blocks() {
+    std::string steps;
+    for (std::size_t g = 0; g < N; ++g) {
+      if (!member(static_cast<int>(g))) continue;
+      if (nodes_[g].desc.kind == node_kind::reduce) steps += reduction_pass(static_cast<int>(g));
+      else if (p_.row_constant[g]) steps += row_scalars_one(static_cast<int>(g));
+    }
+    preloads pre;
+    bool any = false;
+    const std::string out = output_body(pre, any);
+    const std::string souts = scalar_outputs("        ");
+    std::string s = "template <int VEC>\n__device__ __forceinline__ void fb_body(const fb_args& a) {\n" + prologue();
+    s += "  __shared__ float fb_red[32];\n";
+    s += "  for (unsigned long long r = blockIdx.x; r < rows; r += gridDim.x) {\n" + coordinates("r", "    ") +
+         pointers("    ");
+    s += "    float rs[" + std::to_string(locals_.size() + 1) + "];\n    (void)rs;\n" + steps;
+    if (any)
+      s += "    for (unsigned long long j = threadIdx.x * static_cast<unsigned long long>(VEC); j < W; j += blockDim.x * static_cast<unsigned long long>(VEC)) {\n" +
+           indent(pre.text + outs_decl_, "      ") + "#pragma unroll\n      for (int v = 0; v < VEC; ++v) {\n" +
+           indent(out, "      ") + "      }\n" + indent(outs_store_, "      ") + "    }\n";
+    if (!souts.empty()) s += "    if (threadIdx.x == 0) {\n" + souts + "    }\n";
+    s += "  }\n}\n" + entry_points();
+    summary_ = "row reduction over " + to_string(k_.space) + ", " + std::to_string(k_.passes) + " pass(es), block per row";
+    return s;
+  }
+
+  std::string row_scalars_one(int g) {
+    body b(cuda_language());
+    preloads pre;
+    const ir::node& nd = nodes_[g];
+    std::vector<std::string> args;
+    for (int q = 0; q < nd.n_inputs; ++q) args.push_back(value(b, nd.inputs[q], pre));
+    std::string call = op_function(nd) + "(";
+    for (std::size_t i = 0; i < args.size(); ++i) call += (i ? ", " : "") + args[i];
+    return "      {\n        const int v = 0; const unsigned long long j = 0; (void)v; (void)j;\n" + indent(pre.text, "        ") +
+           b.text("        ") + "        rs[" + L(g) + "] = " + call + ");\n      }\n";
+  }
+
+  /// Column reduction: one thread per output column; for each output row (the coordinates off
+  /// the reduced axis) it walks the reduced axis in order, accumulating in a register, so the
+  /// result does not depend on the launch shape and bfloat16 outputs are rounded once.
+  std::string reduce_cols() {
+    const int r_id = k_.node;
+    const ir::node& rn = nodes_[r_id];
+    const std::string op = op_function(rn);
+    const std::size_t axis = static_cast<std::size_t>(rn.desc.axis);
+    body b(cuda_language());
+    preloads pre;
+    const std::string v = value(b, rn.inputs[0], pre);
+    for (std::size_t g = 0; g < N; ++g)
+      if (member(static_cast<int>(g)) && p_.materialised[g] && nodes_[g].desc.kind == node_kind::pointwise)
+        b.statement(ptr(static_cast<int>(g), true) + "[static_cast<long long>(j) * " + inner_stride(static_cast<int>(g)) +
+                    "] = fb_from_float<T>(" + value(b, static_cast<int>(g), pre) + ");");
+    const std::string po = ptr(r_id, true);
+    const std::string ea = "E" + std::to_string(axis);
+    std::string s = "template <int VEC>\n__device__ __forceinline__ void fb_body(const fb_args& a) {\n" + prologue();
+    s += "  const unsigned long long j = blockIdx.x * static_cast<unsigned long long>(blockDim.x) + threadIdx.x;\n";
+    s += "  if (j >= W) return;\n  const int v = 0; (void)v;\n";
+    s += "  for (unsigned long long o = 0; o < rows / " + ea + "; ++o) {\n";
+    s += "    float acc = " + op + "::identity();\n    T* out = nullptr;\n";
+    s += "    for (unsigned long long i" + std::to_string(axis) + " = 0; i" + std::to_string(axis) + " < " + ea + "; ++i" +
+         std::to_string(axis) + ") {\n      unsigned long long q_ = o;\n";
+    for (std::size_t d = k_.space.rank - 1; d-- > 0;)
+      if (d != axis)
+        s += "      const unsigned long long i" + std::to_string(d) + " = q_ % E" + std::to_string(d) + "; q_ /= E" +
+             std::to_string(d) + ";\n";
+    s += "      (void)q_;\n" + pointers("      ");
+    s += indent(pre.text, "      ") + b.text("      ") + "      acc = " + op + "::combine(acc, " + v + ");\n";
+    s += "      out = " + po + " + static_cast<long long>(j) * " + inner_stride(r_id) + ";\n    }\n";
+    s += "    *out = fb_from_float<T>(" + op + "::finalize(acc, " + ea + "));\n  }\n}\n";
+    s += "extern \"C\" __global__ void fusebox_kernel(const fb_args a) { fb_body<1>(a); }\n"
+         "extern \"C\" __global__ void fusebox_kernel_v1(const fb_args a) { fb_body<1>(a); }\n";
+    summary_ = std::string("column ") + rn.desc.name + " over " + to_string(k_.space) + ", thread per column";
+    return s;
+  }
+
+  const std::array<ir::node, N>& nodes_;
+  const plan::plan_t<N>& p_;
+  const plan::kernel k_;
+  dtype t_;
+  const std::array<bool, N>& unit_inner_;
+  std::array<int, N> local_of_{};
+  std::vector<int> locals_;
+  std::array<std::string, N> pointer_decl_{};
+  std::vector<int> pointer_order_;
+  std::set<int> unit_;
+  std::set<std::string> defined_;
+  std::string functions_, outs_decl_, outs_store_, summary_;
+};
+
+}  // namespace detail
+
+/// Renders kernel k of plan p as CUDA (kinds rows, reduce_cols, and matmul epilogues; the
+/// product of a matmul and other kinds run through the host side). `unit_inner[g]`: memory node
+/// g has inner stride 1 at run time.
+template <std::size_t N>
+rendered_cuda_kernel render_cuda_kernel(const std::array<ir::node, N>& nodes, const plan::plan_t<N>& p, int k, dtype t,
+                                        const std::array<bool, N>& unit_inner) {
+  return detail::cuda_codegen<N>(nodes, p, k, t, unit_inner).render();
+}
+
+}  // namespace fusebox::jit

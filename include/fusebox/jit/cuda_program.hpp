@@ -1,0 +1,211 @@
+// jit/cuda_program.hpp: the host side of a generated CUDA program. Like jit::program (the CPU
+// one), it holds one specialisation (IR with known or symbolic extents, and the plan the one
+// planner made for it) and runs a call on a stream: lays out the device arena for the call's
+// extents, binds every node's device memory, and runs the kernels in plan order: generated
+// kernels for rows, column reductions and matmul epilogues; cuBLASLt for products; device copies.
+//
+// Launch shapes: elementwise kernels take 256 threads a block and a grid of at most 32 blocks per
+// SM (grid-stride beyond); row kernels one block per row (grid-stride over rows) with enough
+// threads that each walks about four 16-byte chunks of the row per pass; column reductions one
+// thread per column. The vector entry (16-byte accesses) runs when every unit-stride operand is
+// 16-byte aligned with row strides in whole vectors and the row length is too; else the scalar one.
+// Depends on: jit/{program,cuda_store,codegen_cuda}.hpp, cuda/{cublaslt,memory,module}.hpp.
+#pragma once
+
+#include <array>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fusebox/core/low_precision.hpp"
+#include "fusebox/cpu/addressing.hpp"
+#include "fusebox/cuda/cublaslt.hpp"
+#include "fusebox/cuda/memory.hpp"
+#include "fusebox/cuda/module.hpp"
+#include "fusebox/jit/codegen_cuda.hpp"
+#include "fusebox/jit/cuda_store.hpp"
+#include "fusebox/jit/program.hpp"
+#include "fusebox/profile.hpp"
+
+namespace fusebox::jit {
+
+/// Per compiled function: the stream its calls run on and the device arena they reuse.
+struct cuda_runtime {
+  cuda::stream stream;
+  cuda::device_buffer arena;
+};
+
+template <class T, std::size_t N>
+struct cuda_program {
+  std::array<ir::node, N> nodes{};
+  plan::plan_t<N> plan{};
+  std::array<bool, N> unit_inner{};
+  dtype storage = dtype::f32;
+  std::array<rendered_cuda_kernel, N + 1> kernels{};  ///< generated kernels (others empty)
+  std::array<cuda::CUfunction, N + 1> vector_entry{}, scalar_entry{};
+  std::shared_ptr<cuda::module> module;
+  std::string key;
+
+  /// One call on rt.stream (asynchronous: the caller synchronises when it reads results). `f`
+  /// has inputs and outputs bound to device memory; `concrete` holds the call's node shapes.
+  void run(cpu::frame<T, N>& f, const std::array<ir::node, N>& concrete, cuda_runtime& rt) const {
+    const cuda::device_info& dev = cuda::current_device();
+    plan::plan_t<N> p = plan;
+    plan::assign_arena(p, concrete, sizeof(T));
+    // 256-byte aligned offsets: cuBLASLt and the 16-byte vector entries rely on it.
+    rt.arena.ensure(p.arena_bytes + 256);
+    const cuda::CUdeviceptr base = (rt.arena.get() + 255) / 256 * 256;
+    for (std::size_t i = 0; i < N; ++i)
+      if (p.offset[i] != plan::no_offset)
+        f.loc[i] = strided<T>{reinterpret_cast<T*>(base + p.offset[i]), concrete[i].desc.shape,
+                              contiguous_strides(concrete[i].desc.shape)};
+    for (int k = 0; k < p.n_kernels; ++k)
+      if (p.kernels[k].kind == plan::kernel_kind::matmul && p.kernels[k].group >= 0)
+        f.loc[p.kernels[k].node] = f.loc[host::epilogue_output_of(p, p.kernels[k].group)];
+    host::bind_views(nodes, f, concrete);
+    for (int k = 0; k < p.n_kernels; ++k) {
+      const plan::kernel& kn = p.kernels[k];
+      switch (kn.kind) {
+        case plan::kernel_kind::rows:
+        case plan::kernel_kind::reduce_cols: launch(f, p, concrete, k, kn, dev, rt.stream.get()); break;
+        case plan::kernel_kind::matmul:
+          run_matmul(f, concrete, kn, rt.stream.get());
+          if (kn.group >= 0) launch(f, p, concrete, k, kn, dev, rt.stream.get());
+          break;
+        case plan::kernel_kind::copy: copy(f.loc[kn.node], f.copy_to[kn.node], rt.stream.get()); break;
+        case plan::kernel_kind::opaque:
+          throw invalid_argument("fusebox: a graph break (opaque user function or item()) in a model compiled for "
+                                 "the CUDA backend; the CUDA backend runs whole graphs only");
+      }
+    }
+  }
+
+ private:
+  using host = program<T, N>;
+
+  /// Packs kernel k's parameter block (cuda_args_layout) for this call.
+  std::vector<unsigned char> pack(const cpu::frame<T, N>& f, const plan::plan_t<N>& p,
+                                  const std::array<ir::node, N>& concrete, int k, const plan::kernel& kn,
+                                  const dims& space) const {
+    const rendered_cuda_kernel& rk = kernels[k];
+    const cuda_args_layout layout{rk.locals.size()};
+    std::vector<unsigned char> bytes(std::max<std::size_t>(layout.bytes(), 8), 0);
+    auto put = [&](std::size_t at, const auto& v) { std::memcpy(bytes.data() + at, &v, sizeof v); };
+    for (std::size_t d = 0; d < abi_max_rank; ++d)
+      put(layout.space_at() + 8 * d, static_cast<unsigned long long>(d < space.rank ? space.extent[d] : 1));
+    for (std::size_t l = 0; l < rk.locals.size(); ++l) {
+      const int g = rk.locals[l];
+      const ir::node& n = nodes[g];
+      if (n.desc.kind == node_kind::scalar) {
+        put(layout.scalar_at() + 4 * l, static_cast<float>(static_cast<const scalar_leaf<T>*>(f.payload[n.payload_slot])->value));
+        continue;
+      }
+      put(layout.ptr_at() + 8 * l, reinterpret_cast<unsigned long long>(f.loc[g].data));
+      std::ptrdiff_t st[abi_max_rank] = {};
+      const bool reduced_here = n.desc.kind == node_kind::reduce &&
+                                (kn.kind == plan::kernel_kind::reduce_cols || (p.group[g] == kn.group && kn.group >= 0));
+      if (reduced_here)
+        cpu::reduced_space_strides(f.loc[g], space, static_cast<std::size_t>(n.desc.axis), n.desc.keepdim, st);
+      else
+        cpu::space_strides(f.loc[g], space, st);
+      for (std::size_t d = 0; d < abi_max_rank; ++d)
+        put(layout.stride_at() + 8 * (l * abi_max_rank + d), static_cast<long long>(st[d]));
+    }
+    (void)concrete;
+    return bytes;
+  }
+
+  /// Whether the vector entry may run: the row length and every unit-stride operand's row
+  /// strides are whole vectors, and its address is 16-byte aligned.
+  bool vector_ok(const cpu::frame<T, N>& f, int k, const dims& space, std::size_t vec) const {
+    if (space.back(0) % vec != 0) return false;
+    const rendered_cuda_kernel& rk = kernels[k];
+    for (int l : rk.unit_operands) {
+      const int g = rk.locals[l];
+      if (reinterpret_cast<std::uintptr_t>(f.loc[g].data) % 16 != 0) return false;
+      const strided<T>& s = f.loc[g];
+      for (std::size_t d = 0; d + 1 < s.shape.rank; ++d)
+        if (s.stride[d] % static_cast<std::ptrdiff_t>(vec) != 0) return false;
+    }
+    return true;
+  }
+
+  void launch(const cpu::frame<T, N>& f, const plan::plan_t<N>& p, const std::array<ir::node, N>& concrete, int k,
+              const plan::kernel& kn, const cuda::device_info& dev, cuda::CUstream on) const {
+    const dims space = host::space_for(p, concrete, kn);
+    if (space.size() == 0) return;
+    std::vector<unsigned char> params = pack(f, p, concrete, k, kn, space);
+    void* args[] = {params.data()};
+    const rendered_cuda_kernel& rk = kernels[k];
+    const std::size_t vec = 16 / size_of(storage);
+    const bool vector = kn.kind != plan::kernel_kind::reduce_cols && vector_ok(f, k, space, vec);
+    const std::size_t v = vector ? vec : 1;
+    const std::size_t width = space.back(0), rows = space.size() / std::max<std::size_t>(width, 1);
+    const std::size_t max_blocks = static_cast<std::size_t>(dev.sm_count) * 32;
+    cuda::dim3 grid, block;
+    if (kn.kind == plan::kernel_kind::reduce_cols) {
+      block.x = 256;
+      grid.x = static_cast<unsigned>((width + 255) / 256);
+    } else if (rk.block_per_row) {
+      const std::size_t chunks = (width + v - 1) / v;
+      unsigned threads = 32;
+      while (threads < 1024 && threads * 4 < chunks) threads *= 2;
+      block.x = threads;
+      grid.x = static_cast<unsigned>(std::min(rows, max_blocks));
+    } else {
+      const std::size_t total = rows * (width / v);
+      block.x = 256;
+      grid.x = static_cast<unsigned>(std::max<std::size_t>(1, std::min((total + 255) / 256, max_blocks)));
+    }
+    profile::scoped_span span(rk.summary, "kernel");
+    cuda::launch(vector ? vector_entry[k] : scalar_entry[k], grid, block, 0, on, args, rk.summary);
+  }
+
+  static cuda::lt_type lt_type_of(dtype t) {
+    return t == dtype::bf16 ? cuda::lt_type::bf16 : t == dtype::f16 ? cuda::lt_type::f16 : cuda::lt_type::f32;
+  }
+
+  void run_matmul(const cpu::frame<T, N>& f, const std::array<ir::node, N>& concrete, const plan::kernel& kn,
+                  cuda::CUstream on) const {
+    const int m = kn.node;
+    const strided<T>& A = f.loc[nodes[m].inputs[0]];
+    const strided<T>& B = f.loc[nodes[m].inputs[1]];
+    const strided<T>& C = f.loc[m];
+    const auto s = host::mm_sizes(concrete, m);
+    auto row_major = [](const strided<T>& x, const char* which) {
+      const std::size_t r = x.shape.rank;
+      if (x.stride[r - 1] != 1 || x.stride[r - 2] != static_cast<std::ptrdiff_t>(x.shape.back(0)))
+        throw invalid_argument(std::string("fusebox: matmul on the CUDA backend needs a contiguous row-major ") +
+                               which + "; got " + to_string(x.shape) + " with other strides");
+    };
+    row_major(A, "left operand");
+    row_major(B, "right operand");
+    cuda::lt_problem prob;
+    prob.batch = s[0];
+    prob.m = s[1];
+    prob.n = s[2];
+    prob.k = s[3];
+    prob.type = lt_type_of(storage);
+    prob.stride_a = A.shape.rank == 3 && A.shape.extent[0] != 1 ? A.stride[0] : 0;
+    prob.stride_b = B.shape.rank == 3 && B.shape.extent[0] != 1 ? B.stride[0] : 0;
+    if (prob.batch == 1) prob.stride_a = prob.stride_b = cuda::lt_problem::packed;
+    std::uint32_t align = 256;
+    for (const void* ptr : {static_cast<const void*>(A.data), static_cast<const void*>(B.data), static_cast<const void*>(C.data)})
+      while (align > sizeof(T) && reinterpret_cast<std::uintptr_t>(ptr) % align != 0) align /= 2;
+    prob.alignment = align;
+    profile::scoped_span span("cuBLASLt matmul", "kernel");
+    cuda::lt_matmul(prob, reinterpret_cast<cuda::CUdeviceptr>(A.data), reinterpret_cast<cuda::CUdeviceptr>(B.data),
+                    reinterpret_cast<cuda::CUdeviceptr>(C.data), 0, on);
+  }
+
+  static void copy(const strided<T>& from, const strided<T>& to, cuda::CUstream on) {
+    if (!from.contiguous() || !to.contiguous() || !(from.shape == to.shape))
+      throw invalid_argument("fusebox: a strided copy on the CUDA backend (from " + to_string(from.shape) + " to " +
+                             to_string(to.shape) + ") is not supported yet; make the output contiguous");
+    cuda::copy_on_device_async(reinterpret_cast<cuda::CUdeviceptr>(to.data), reinterpret_cast<cuda::CUdeviceptr>(from.data),
+                               from.shape.size() * sizeof(T), on);
+  }
+};
+
+}  // namespace fusebox::jit

@@ -1,0 +1,78 @@
+// FUSEBOX_DISABLE=1: the rollback switch. CTest runs this binary with the variable set (it is read
+// once per process); every compiled function must then run eagerly: no JIT compile on the
+// run-time path (compiles are forbidden here, so one would throw), the static path op by op (one
+// kernel per op instead of the fused plan), and results that still match a double reference.
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include <fusebox/fusebox.hpp>
+
+namespace fb = fusebox;
+
+namespace {
+
+auto model = [](auto x, auto w, auto b) { return fb::gelu(x * w + b) * fb::sigmoid(x); };
+
+double reference(double x, double w, double b) {
+  const double u = x * w + b;
+  return 0.5 * u * (1.0 + std::erf(u / std::sqrt(2.0))) / (1.0 + std::exp(-x));
+}
+
+std::size_t kernel_spans(const std::vector<fb::profile::event>& events) {
+  std::size_t n = 0;
+  for (const auto& e : events) n += !e.instant && e.category == "kernel";
+  return n;
+}
+
+template <class X, class W>
+void check(const X& x, const W& w, const W& b, const X& y) {
+  REQUIRE(y.extents() == x.extents());
+  const std::size_t cols = w.size();
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    const double want = reference(x.flat(i), w.flat(i % cols), b.flat(i % cols));
+    INFO("element " << i);
+    REQUIRE(y.flat(i) == Approx(want).epsilon(1e-5).margin(1e-6));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("FUSEBOX_DISABLE=1 runs every compiled function eagerly", "[compile][disable]") {
+  const char* v = std::getenv("FUSEBOX_DISABLE");
+  REQUIRE(v != nullptr);  // run through CTest, which sets it; alone: FUSEBOX_DISABLE=1 ./this
+  REQUIRE(std::string(v) == "1");
+  fb::jit::forbid_compiles(true);
+
+  fb::tensor<float, fb::shape<32>> w, b;
+  w.fill_random(2, 0.5f, 1.5f);
+  b.fill_random(3);
+
+  SECTION("static shapes: op by op, not the fused plan") {
+    fb::tensor<float, fb::shape<16, 32>> x;
+    x.fill_random(1);
+    auto fast = fb::compile(model);
+    fb::profile::start();
+    const auto y = fast(x, w, b);
+    fb::profile::stop();
+    check(x, w, b, y);
+    using E = decltype(model(fb::input_leaf<0, float, fb::shape<16, 32>>{}, fb::input_leaf<1, float, fb::shape<32>>{},
+                             fb::input_leaf<2, float, fb::shape<32>>{}));
+    STATIC_REQUIRE(fb::cpu::program<float, E>::plan.n_kernels == 1);  // compiled, it would be one kernel
+    CHECK(kernel_spans(fb::profile::events()) >= 5);                  // mul, add, gelu, sigmoid, mul
+  }
+
+  SECTION("dyn shapes: nothing compiled, every shape served") {
+    auto fast = fb::compile(model);
+    for (std::size_t rows : {3u, 17u, 64u}) {
+      fb::tensor<float, fb::shape<fb::dyn, 32>> x(rows);
+      x.fill_random(rows);
+      const auto y = fast(x, w, b);
+      check(x, w, b, y);
+    }
+    CHECK(fb::jit::counters().compiles.load() == 0);
+    CHECK(fast.recompiles() == 0);
+  }
+}
