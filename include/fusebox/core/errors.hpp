@@ -36,4 +36,14 @@ struct invalid_argument : error {
   using error::error;
 };
 
+/// A backend that cannot run in this process: its run-time libraries are missing or too old, or
+/// there is no device. The message names the backend, what was tried (library names and the
+/// loader's errors, or "no CUDA device") and how to fix it. Thrown when the backend is used, never
+/// at start-up: a program built with CUDA support still runs its CPU work (DESIGN.md).
+struct backend_unavailable : error {
+  backend_unavailable(const std::string& backend, const std::string& tried, const std::string& fix)
+      : error("fusebox: the " + backend + " backend is unavailable: " + tried +
+              (fix.empty() ? std::string() : ". To fix: " + fix)) {}
+};
+
 }  // namespace fusebox
