@@ -13,12 +13,13 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
 mkdir -p "$out"
-quick=""; torch=1; tests=1
+quick=""; torch=1; tests=1; fuzz=1
 for a in "$@"; do
   case $a in
     --quick) quick=--quick ;;
     --skip-torch) torch=0 ;;
     --skip-tests) tests=0 ;;
+    --skip-fuzz) fuzz=0 ;;  # the fuzz parts take ~9 min to build on the GPU machine
   esac
 done
 build=${BUILD:-$root/build-gpu}
@@ -31,15 +32,17 @@ step configure cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DFUSEBOX
   -DFUSEBOX_BUILD_BENCH=ON -DCMAKE_PREFIX_PATH="$root/.deps/usr" >"$out/configure.log" 2>&1 ||
   tail -30 "$out/configure.log"
 targets="bench_gpu"
-[ $tests = 1 ] && targets="$targets fusebox_test_cuda_loader fusebox_test_cuda_runtime fusebox_test_cuda_compiled fusebox_test_jit_fuzz_0 fusebox_test_jit_fuzz_1 fusebox_test_jit_fuzz_2"
-step build cmake --build "$build" -j "$jobs" --target $targets >"$out/build.log" 2>&1 || grep -m20 -B2 -A8 "error" "$out/build.log"
+[ $tests = 1 ] && targets="$targets fusebox_test_cuda_loader fusebox_test_cuda_runtime fusebox_test_cuda_compiled"
+[ $tests = 1 ] && [ $fuzz = 1 ] && targets="$targets fusebox_test_jit_fuzz_0 fusebox_test_jit_fuzz_1 fusebox_test_jit_fuzz_2"
+step build cmake --build "$build" -j "$jobs" --target $targets -- -k >"$out/build.log" 2>&1 || grep -m20 -B2 -A8 "error" "$out/build.log"
 
 test_rc=0
 if [ $tests = 1 ]; then
   (cd "$build" && step tests ctest -L cuda --output-on-failure -j 1 --timeout 300) >"$out/tests.log" 2>&1
   test_rc=$?
-  tail -25 "$out/tests.log"
-  for p in 0 1 2; do
+  grep -B3 -A12 "FAILED" "$out/tests.log" | head -60
+  tail -8 "$out/tests.log"
+  for p in $([ $fuzz = 1 ] && echo 0 1 2); do
     (cd "$build" && FUSEBOX_CXXFLAGS=-O1 step "fuzz $p (CPU + CUDA)" ./tests/fusebox_test_jit_fuzz_$p) >"$out/fuzz_$p.log" 2>&1 || test_rc=1
     tail -4 "$out/fuzz_$p.log"
   done
@@ -53,10 +56,11 @@ fi
 (cd "$build" && step "bench_gpu" ./bench/bench_gpu $quick) >"$out/fusebox.jsonl" 2>"$out/fusebox.err"
 tail -14 "$out/fusebox.jsonl"
 if [ $torch = 1 ]; then
-  step torch_reference env PYTHONUNBUFFERED=1 python3 "$root/bench/peers/torch_reference.py" $quick \
+  step torch_reference env PYTHONUNBUFFERED=1 python3 "$root/bench/peers/torch_reference.py" $quick ${TORCH_ARGS:-} \
     --workloads "${TORCH_WORKLOADS:-W1,W2,W3_b1_f32,W3_b32_f32,W3_b256_f32}" --json-out "$out/torch.jsonl" \
     >"$out/torch.log" 2>&1
   tail -5 "$out/torch.log"
 fi
-python3 "$root/bench/peers/merge_table.py" "$out/fusebox.jsonl" ${torch:+"$out/torch.jsonl"} 2>&1 | tee "$out/table.txt"
+merge=("$out/fusebox.jsonl"); [ -f "$out/torch.jsonl" ] && merge+=("$out/torch.jsonl")
+python3 "$root/bench/peers/merge_table.py" "${merge[@]}" 2>&1 | tee "$out/table.txt"
 exit $test_rc

@@ -272,6 +272,14 @@ struct program {
     }
   };
 
+  // Kernel K's group and passes as class-scope constants: generic lambdas below name them in
+  // template arguments, and GCC 13 crashes (ICE in tsubst_copy) on a function-local constexpr
+  // kernel there (seen on the GPU machine's g++ 13.3).
+  template <int K>
+  static constexpr int group_of = plan.kernels[K].group;
+  template <int K>
+  static constexpr int passes_of = plan.kernels[K].passes;
+
   // ---- the evaluator: one node's value at column j of the current row ----
 
   template <int Group, int Pass, class W, bool Contig>
@@ -413,7 +421,7 @@ struct program {
     static constexpr id_list souts = group_outputs(G, false);
     if constexpr (outs.size > 0) {
       auto write = [&]<class W>(std::size_t j) {
-        evaluator<G, kn.passes, W, Contig> e{a, rs, scratch, width, f.payload, j};
+        evaluator<group_of<K>, passes_of<K>, W, Contig> e{a, rs, scratch, width, f.payload, j};
         [&]<int... O>(std::integer_sequence<int, O...>) {
           ((Contig ? store_v(const_cast<T*>(a.ptr[outs.id[O]]) + j, e.template get<outs.id[O]>())
                    : store_v(const_cast<T*>(a.ptr[outs.id[O]]) + static_cast<std::ptrdiff_t>(j) * a.inner[outs.id[O]],
@@ -529,7 +537,7 @@ struct program {
         a.at_row(space, r, ids.data(), n_ids);
         T* o = const_cast<T*>(a.ptr[R]);
         auto acc = [&]<class W, bool C>(std::size_t j) {
-          const evaluator<G, 0, W, C> e{a, nullptr, nullptr, width, f.payload, j};
+          const evaluator<group_of<K>, 0, W, C> e{a, nullptr, nullptr, width, f.payload, j};
           const W v = e.template get<nodes[R].inputs[0]>();
           if constexpr (C) store_v(o + j, Op::combine(load_v<W>(o + j), v));
           else o[static_cast<std::ptrdiff_t>(j) * a.inner[R]] = Op::combine(o[static_cast<std::ptrdiff_t>(j) * a.inner[R]], v);
@@ -616,7 +624,7 @@ struct program {
         row_addressing a = proto;  // ~N pointers: cheap next to a row run of C
         a.at_row(space, b * sz.m + i, ids.data(), ext.size + 1);
         auto write = [&]<class W, bool C2>(std::size_t j) {
-          const W v = evaluator<G, 0, W, C2>{a, nullptr, nullptr, sz.n, f.payload, j}.template get<O>();
+          const W v = evaluator<group_of<K>, 0, W, C2>{a, nullptr, nullptr, sz.n, f.payload, j}.template get<O>();
           if constexpr (C2) store_v(const_cast<T*>(a.ptr[O]) + j, v);
           else const_cast<T*>(a.ptr[O])[static_cast<std::ptrdiff_t>(j) * a.inner[O]] = v;
         };

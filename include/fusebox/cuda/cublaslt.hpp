@@ -50,6 +50,7 @@
 #include <cstdint>
 #include <exception>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -425,11 +426,31 @@ struct lt_descriptors {
   }
 };
 
+/// A problem's descriptors and heuristic choice, kept for the next call of the same problem:
+/// creating descriptors and asking the heuristic costs tens of microseconds, as much as a small
+/// GEMM itself (the latency workloads call the same three problems over and over).
+struct lt_plan {
+  std::unique_ptr<lt_descriptors> descriptors;
+  lt_algorithm algorithm;
+};
+
 struct lt_state {
   std::mutex mutex;
   cublasLtHandle_t handle = nullptr;
   std::map<CUstream, device_buffer> workspaces;
+  std::map<std::string, lt_plan> plans;  // by lt_plan_key
 };
+
+/// Every field of a problem that its descriptors and algorithm depend on.
+inline std::string lt_plan_key(const lt_problem& p) {
+  std::string k;
+  for (const auto v : {static_cast<std::int64_t>(p.m), static_cast<std::int64_t>(p.n), static_cast<std::int64_t>(p.k),
+                       static_cast<std::int64_t>(p.type), static_cast<std::int64_t>(p.bias),
+                       static_cast<std::int64_t>(p.epilogue), static_cast<std::int64_t>(p.batch), p.stride_a, p.stride_b,
+                       p.stride_c, static_cast<std::int64_t>(p.alignment)})
+    k += std::to_string(v) + ",";
+  return k;
+}
 
 inline lt_state& lt_shared() {
   static lt_state* state = new lt_state;  // never destroyed, like the library it uses
@@ -514,6 +535,28 @@ inline void lt_run(const lt_problem& problem, CUdeviceptr a, CUdeviceptr b, CUde
   std::lock_guard lock(state.mutex);
   const cublasLtHandle_t handle = lt_handle(state);
   const CUdeviceptr workspace = lt_workspace(state, on);
+  if (!chosen && !index) {
+    // The default algorithm: descriptors and heuristic made once per problem, then reused (the
+    // bias pointer is the only per-call attribute).
+    auto it = state.plans.find(lt_plan_key(problem));
+    if (it == state.plans.end()) {
+      lt_plan plan;
+      plan.descriptors = std::make_unique<lt_descriptors>(api, problem, as_pointer(bias));
+      const auto candidates = plan.descriptors->heuristic(handle, 1, problem);
+      if (candidates.empty())
+        throw invalid_argument("fusebox: " + describe(problem) + ": cuBLASLt offers no algorithm");
+      plan.algorithm = candidates[0];
+      it = state.plans.emplace(lt_plan_key(problem), std::move(plan)).first;
+    }
+    lt_descriptors& d = *it->second.descriptors;
+    if (problem.bias) d.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, as_pointer(bias), describe(problem));
+    const float alpha = 1.0f, beta = 0.0f;
+    check_cublas(api.matmul(handle, d.operation, &alpha, as_pointer(b), d.a, as_pointer(a), d.b, &beta, as_pointer(c),
+                            d.d, as_pointer(c), d.d, &it->second.algorithm.algo, as_pointer(workspace),
+                            lt_workspace_bytes, on),
+                 "cublasLtMatmul", describe(problem));
+    return;
+  }
   lt_descriptors descriptors(api, problem, as_pointer(bias));
   lt_algorithm algorithm;
   if (chosen) {

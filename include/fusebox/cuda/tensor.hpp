@@ -11,6 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <mutex>
 #include <memory>
 #include <source_location>
 #include <string>
@@ -24,6 +27,51 @@
 namespace fusebox {
 
 namespace cuda {
+
+/// Device blocks freed by tensors, kept for the next tensor of the same size (as PyTorch's caching
+/// allocator does): cuMemAlloc and cuMemFree cost tens to hundreds of microseconds and cuMemFree
+/// waits for the device, which would dominate a compiled call that returns a new tensor each time.
+/// Up to `max_cached_bytes` (1 GiB; FUSEBOX_CUDA_CACHE_BYTES) are kept; beyond that blocks are freed.
+class block_cache {
+ public:
+  static block_cache& instance() {
+    static block_cache* c = new block_cache;  // never destroyed: blocks may outlive static tensors
+    return *c;
+  }
+  std::unique_ptr<device_buffer> take(std::size_t bytes) {
+    {
+      std::lock_guard lock(mutex_);
+      auto it = free_.find(bytes);
+      if (it != free_.end()) {
+        auto b = std::move(it->second);
+        free_.erase(it);
+        cached_ -= bytes;
+        return b;
+      }
+    }
+    return std::make_unique<device_buffer>(bytes);
+  }
+  void give(std::unique_ptr<device_buffer> b) {
+    if (!b) return;
+    const std::size_t bytes = b->size();
+    std::lock_guard lock(mutex_);
+    if (cached_ + bytes > max_cached_bytes()) return;  // freed here
+    cached_ += bytes;
+    free_.emplace(bytes, std::move(b));
+  }
+  static std::size_t max_cached_bytes() {
+    static const std::size_t cap = [] {
+      const char* v = std::getenv("FUSEBOX_CUDA_CACHE_BYTES");
+      return v && *v ? static_cast<std::size_t>(std::strtoull(v, nullptr, 10)) : std::size_t{1} << 30;
+    }();
+    return cap;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::multimap<std::size_t, std::unique_ptr<device_buffer>> free_;
+  std::size_t cached_ = 0;
+};
 
 template <class T, class Shape>
 class tensor {
@@ -72,7 +120,15 @@ class tensor {
   }
 
   tensor(tensor&&) noexcept = default;
-  tensor& operator=(tensor&&) noexcept = default;
+  tensor& operator=(tensor&& other) noexcept {
+    if (this != &other) {
+      block_cache::instance().give(std::move(buffer_));
+      buffer_ = std::move(other.buffer_);
+      view_ = other.view_;
+    }
+    return *this;
+  }
+  ~tensor() { block_cache::instance().give(std::move(buffer_)); }
 
   /// Downloads into a new host tensor (waits for the copy).
   host_tensor to_host() const {
@@ -103,7 +159,7 @@ class tensor {
     else return x.to_float();
   }
   void allocate(const dims& d) {
-    buffer_ = std::make_unique<device_buffer>(std::max<std::size_t>(d.size() * sizeof(T), 1));
+    buffer_ = block_cache::instance().take((std::max<std::size_t>(d.size() * sizeof(T), 1) + 255) / 256 * 256);
     view_.data = reinterpret_cast<T*>(buffer_->get());
     view_.shape = d;
     view_.stride = contiguous_strides(d);

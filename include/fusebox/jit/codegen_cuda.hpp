@@ -54,6 +54,7 @@ struct rendered_cuda_kernel {
   std::vector<int> locals;  ///< local number -> graph node id
   std::vector<int> unit_operands;  ///< locals read or written with unit stride (alignment checked at launch)
   bool block_per_row = false;      ///< rows kernels with reduction passes
+  unsigned block_threads = 0;      ///< threads per block the source is written for (0: host's choice)
   std::string summary;
 };
 
@@ -153,6 +154,7 @@ class cuda_codegen {
 
   rendered_cuda_kernel render() {
     std::string body;
+    if (k_.kind == plan::kernel_kind::rows && k_.passes > 0) plan_row_cache();
     switch (k_.kind) {
       case plan::kernel_kind::rows: body = k_.passes > 0 ? row_blocks() : elementwise(); break;
       case plan::kernel_kind::reduce_cols: body = reduce_cols(); break;
@@ -163,6 +165,7 @@ class cuda_codegen {
     r.kind = k_.kind;
     r.locals = locals_;
     r.block_per_row = k_.kind == plan::kernel_kind::rows && k_.passes > 0;
+    r.block_threads = row_cache_ ? block_threads_ : 0;
     r.summary = summary_;
     for (int g : unit_) r.unit_operands.push_back(local(g));
     std::string ops;
@@ -243,6 +246,13 @@ class cuda_codegen {
     }
     const std::string p = ptr(g);
     if (nd.desc.shape.rank == 0 || nd.desc.shape.back(0) == 1) return b.let("fb_to_float(*" + p + ")");
+    if (unit_inner_[g] && row_cache_) {
+      // Row kernels with a known row length keep each operand's slice of the row in registers,
+      // loaded once per row: every pass reads them there instead of from memory.
+      unit_.insert(g);
+      row_cached_.insert(g);
+      return b.let("x" + L(g) + "[kk][v]");
+    }
     if (unit_inner_[g]) {
       const std::string x = "x" + L(g);
       if (pre.loaded.insert(g).second) {
@@ -388,10 +398,47 @@ class cuda_codegen {
     const std::string op = op_function(nd);
     std::string s = "      {  // pass " + std::to_string(p_.pass[r_id]) + ": " + nd.desc.name + "\n";
     s += "        float acc = " + op + "::identity();\n";
-    s += "        for (unsigned long long j = threadIdx.x * static_cast<unsigned long long>(VEC); j < W; j += blockDim.x * static_cast<unsigned long long>(VEC)) {\n";
+    s += "        " + row_loop_head() + " {\n";
     s += indent(pre.text, "          ") + "#pragma unroll\n          for (int v = 0; v < VEC; ++v) {\n" + b.text("            ") +
          "            acc = " + op + "::combine(acc, " + v + ");\n          }\n        }\n";
     s += "        rs[" + L(r_id) + "] = " + op + "::finalize(fb_block_reduce<" + op + ">(acc, fb_red), W);\n      }\n";
+    return s;
+  }
+
+  /// Whether this row kernel keeps its operands' rows in registers: the row length must be known
+  /// (the source is written for one block size) and each thread's share small enough to stay in
+  /// registers (at most 8 vectors, 32 scalars per operand).
+  void plan_row_cache() {
+    const std::size_t w = k_.space.back(0);
+    if (!is_known_extent(w)) return;
+    const std::size_t vec = 16 / size_of(t_);
+    const std::size_t chunks = (w + vec - 1) / vec;
+    unsigned threads = 32;
+    while (threads < 1024 && threads * 4 < chunks) threads *= 2;
+    const std::size_t k_vec = (w + vec * threads - 1) / (vec * threads), k_scalar = (w + threads - 1) / threads;
+    if (k_vec > 8 || k_scalar > 32) return;
+    row_cache_ = true;
+    block_threads_ = threads;
+  }
+
+  /// The loop over this thread's chunks of the row: strided by the block, or (row cache) an
+  /// unrolled loop over its FB_K register slots.
+  std::string row_loop_head() const {
+    if (!row_cache_)
+      return "for (unsigned long long j = threadIdx.x * static_cast<unsigned long long>(VEC); j < W; j += blockDim.x * "
+             "static_cast<unsigned long long>(VEC))";
+    return "#pragma unroll\n    for (unsigned long long kk = 0; kk < FB_K; ++kk) if (const unsigned long long j = (kk * "
+           "FB_BLOCK + threadIdx.x) * VEC; j < W)";
+  }
+
+  /// Row cache: each operand's slice of the row, loaded once per row.
+  std::string row_loads() {
+    if (!row_cache_) return "";
+    std::string s;
+    for (int g : row_cached_)
+      s += "    float x" + L(g) + "[FB_K][VEC];\n#pragma unroll\n    for (unsigned long long kk = 0; kk < FB_K; ++kk) {\n"
+           "      const unsigned long long j = (kk * FB_BLOCK + threadIdx.x) * VEC;\n      if (j < W) fb_load<VEC>(" +
+           ptr(g) + " + j, x" + L(g) + "[kk]);\n    }\n";
     return s;
   }
 
@@ -409,13 +456,16 @@ class cuda_codegen {
     const std::string souts = scalar_outputs("        ");
     std::string s = "template <int VEC>\n__device__ __forceinline__ void fb_body(const fb_args& a) {\n" + prologue();
     s += "  __shared__ float fb_red[32];\n";
+    if (row_cache_)
+      s += "  constexpr unsigned long long FB_BLOCK = " + std::to_string(block_threads_) +
+           ", FB_K = (" + std::to_string(k_.space.back(0)) + "ull + VEC * FB_BLOCK - 1) / (VEC * FB_BLOCK);\n";
     s += "  for (unsigned long long r = blockIdx.x; r < rows; r += gridDim.x) {\n" + coordinates("r", "    ") +
          pointers("    ");
-    s += "    float rs[" + std::to_string(locals_.size() + 1) + "];\n    (void)rs;\n" + steps;
+    s += "    float rs[" + std::to_string(locals_.size() + 1) + "];\n    (void)rs;\n" + row_loads() + steps;
     if (any)
-      s += "    for (unsigned long long j = threadIdx.x * static_cast<unsigned long long>(VEC); j < W; j += blockDim.x * static_cast<unsigned long long>(VEC)) {\n" +
-           indent(pre.text + outs_decl_, "      ") + "#pragma unroll\n      for (int v = 0; v < VEC; ++v) {\n" +
-           indent(out, "      ") + "      }\n" + indent(outs_store_, "      ") + "    }\n";
+      s += "    " + row_loop_head() + " {\n" + indent(pre.text + outs_decl_, "      ") +
+           "#pragma unroll\n      for (int v = 0; v < VEC; ++v) {\n" + indent(out, "      ") + "      }\n" +
+           indent(outs_store_, "      ") + "    }\n";
     if (!souts.empty()) s += "    if (threadIdx.x == 0) {\n" + souts + "    }\n";
     s += "  }\n}\n" + entry_points();
     summary_ = "row reduction over " + to_string(k_.space) + ", " + std::to_string(k_.passes) + " pass(es), block per row";
@@ -481,7 +531,9 @@ class cuda_codegen {
   std::vector<int> locals_;
   std::array<std::string, N> pointer_decl_{};
   std::vector<int> pointer_order_;
-  std::set<int> unit_;
+  std::set<int> unit_, row_cached_;
+  bool row_cache_ = false;
+  unsigned block_threads_ = 0;
   std::set<std::string> defined_;
   std::string functions_, outs_decl_, outs_store_, summary_;
 };

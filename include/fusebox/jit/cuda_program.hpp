@@ -34,6 +34,10 @@ namespace fusebox::jit {
 struct cuda_runtime {
   cuda::stream stream;
   cuda::device_buffer arena;
+  cuda_runtime() = default;
+  cuda_runtime(const cuda_runtime&) = delete;
+  cuda_runtime& operator=(const cuda_runtime&) = delete;
+  ~cuda_runtime() { cuda::lt_release(stream.get()); }  // cuBLASLt keeps a workspace per stream
 };
 
 template <class T, std::size_t N>
@@ -151,7 +155,7 @@ struct cuda_program {
       const std::size_t chunks = (width + v - 1) / v;
       unsigned threads = 32;
       while (threads < 1024 && threads * 4 < chunks) threads *= 2;
-      block.x = threads;
+      block.x = rk.block_threads ? rk.block_threads : threads;  // a row-cached kernel is written for its block
       grid.x = static_cast<unsigned>(std::min(rows, max_blocks));
     } else {
       const std::size_t total = rows * (width / v);

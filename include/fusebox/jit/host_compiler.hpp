@@ -276,6 +276,18 @@ class host_compiler {
     else
       flags_.push_back("-I" + fusebox_include.string());
     for (const auto& dir : options_.include_dirs) flags_.push_back("-I" + dir.string());
+    // xsimd outside the system include path (recorded by fusebox's CMake at configure time), and
+    // anything FUSEBOX_JIT_INCLUDE (':'-separated) names: generated kernels include xsimd.
+#if defined(FUSEBOX_JIT_XSIMD_INCLUDE)
+    flags_.push_back(std::string("-I") + FUSEBOX_JIT_XSIMD_INCLUDE);
+#endif
+    if (const char* env = std::getenv("FUSEBOX_JIT_INCLUDE"))
+      for (std::string_view rest = env; !rest.empty();) {
+        const auto colon = rest.find(':');
+        const std::string_view dir = rest.substr(0, colon);
+        if (!dir.empty()) flags_.push_back("-I" + std::string(dir));
+        rest = colon == std::string_view::npos ? std::string_view{} : rest.substr(colon + 1);
+      }
   }
 
   static std::vector<std::string> default_flags() {
