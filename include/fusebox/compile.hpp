@@ -209,15 +209,21 @@ class compiled {
     using PO = program_for_args<Args...>;
     using Prog = typename PO::type;
     using Outs = typename PO::device_outputs;
-    static_assert(std::is_same_v<typename Prog::value_type, float>,
-                  "fusebox: compiled CUDA calls take float tensors in this version (bfloat16 and float16 "
-                  "tensors exist, their compiled path does not yet)");
-    if (eager_only()) {
-      // Rollback (FUSEBOX_DISABLE=1 / force_eager): the model runs op by op on the host.
-      auto host = std::apply([&](const auto&... a) { return eager_outputs<typename PO::outputs>(to_host_arg(a)...); },
-                             std::tie(args...));
-      return detail::unwrap(to_device_outputs<Outs>(host));
-    }
+    using T = typename Prog::value_type;
+    // Runs the model op by op on the host (rollback, or past the recompile limit). bfloat16 and
+    // float16 have no host arithmetic, so for them this is an error naming the reason.
+    auto eager_on_host = [&](const char* why) -> Outs {
+      if constexpr (std::is_same_v<T, float>) {
+        (void)why;
+        auto host = std::apply([&](const auto&... a) { return eager_outputs<typename PO::outputs>(to_host_arg(a)...); },
+                               std::tie(args...));
+        return to_device_outputs<Outs>(host);
+      } else {
+        throw invalid_argument(std::string("fusebox: ") + why + ", and a " + name(storage_dtype<T>()) +
+                               " model cannot run eagerly on the host (no host arithmetic for 16-bit storage types)");
+      }
+    };
+    if (eager_only()) return detail::unwrap(eager_on_host("the model must run eagerly (FUSEBOX_DISABLE or force_eager)"));
     auto [roots, guard] = capture(nullptr, args...);
     typename Prog::frame_t f;
     const auto targs = std::tie(args...);
@@ -225,11 +231,7 @@ class compiled {
     auto& dynamic = cuda_dynamic_for<Prog>();
     const jit::call_facts facts = dynamic.facts(f, sizeof...(Args));
     const auto prog = dynamic.select(facts, opts_, hints_, "compiled function (CUDA)");
-    if (!prog) {
-      auto host = std::apply([&](const auto&... a) { return eager_outputs<typename PO::outputs>(to_host_arg(a)...); },
-                             std::tie(args...));
-      return detail::unwrap(to_device_outputs<Outs>(host));
-    }
+    if (!prog) return detail::unwrap(eager_on_host("the recompile limit is reached or the CUDA code failed to compile"));
     const auto shapes = jit::specialise(Prog::graph::nodes, facts.extents);
     auto outs = [&]<std::size_t... R>(std::index_sequence<R...>) {
       return Outs{std::tuple_element_t<R, Outs>(shapes[Prog::graph::outputs[R]].desc.shape)...};

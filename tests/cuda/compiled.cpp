@@ -149,6 +149,53 @@ TEST_CASE("CUDA: a column reduction, thread per column", "[cuda]") {
   CHECK(worst(y, r) < 1e-5);
 }
 
+TEST_CASE("CUDA: bfloat16 storage, float32 arithmetic: elementwise, row reductions, matmul", "[cuda][bf16]") {
+  FUSEBOX_REQUIRE_GPU();
+  using bf = fb::bfloat16;
+  fb::tensor<float, fb::shape<fb::dyn, 256>> x(48);
+  fb::tensor<float, fb::shape<256, 128>> m;
+  fb::tensor<float, fb::shape<256>> w, b;
+  fb::tensor<float, fb::shape<128>> c;
+  x.fill_random(31);
+  m.fill_random(32, -0.1f, 0.1f);
+  w.fill_random(33, 0.5f, 1.5f);
+  b.fill_random(34);
+  c.fill_random(35);
+  // The reference reads the inputs as the device holds them: rounded to bfloat16.
+  auto round = [](float v) { return static_cast<double>(bf::from_float(v).to_float()); };
+  const fb::cuda::tensor<bf, fb::shape<fb::dyn, 256>> dx(x);
+  const fb::cuda::tensor<bf, fb::shape<256>> dw(w), db(b);
+  const fb::cuda::tensor<bf, fb::shape<256, 128>> dm(m);
+  const fb::cuda::tensor<bf, fb::shape<128>> dc(c);
+  {
+    auto fast = fb::compile(w1);
+    const auto y = fast(dx, dw, db).to_host();
+    std::vector<double> r(x.size());
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      const double xv = round(x.flat(i)), u = xv * round(w.flat(i % 256)) + round(b.flat(i % 256));
+      r[i] = gelu(u) / (1.0 + std::exp(-xv));
+    }
+    CHECK(worst(y, r) < 1e-2);  // one rounding of the result to bfloat16 (2^-8 relative)
+  }
+  {
+    auto fast = fb::compile(mlp);
+    const auto y = fast(dx, dm, dc).to_host();
+    std::vector<double> r(48 * 128);
+    for (std::size_t i = 0; i < 48; ++i)
+      for (std::size_t j = 0; j < 128; ++j) {
+        double s = round(c.flat(j));
+        for (std::size_t k = 0; k < 256; ++k) s += round(x.flat(i * 256 + k)) * round(m.flat(k * 128 + j));
+        r[i * 128 + j] = gelu(s);
+      }
+    double num = 0, den = 0;  // the product is rounded to bfloat16 before the epilogue: norm-wise
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      num += (y.flat(i) - r[i]) * (y.flat(i) - r[i]);
+      den += r[i] * r[i];
+    }
+    CHECK(std::sqrt(num / den) < 1e-2);
+  }
+}
+
 TEST_CASE("CUDA: a call without a GPU says the backend is unavailable", "[cuda]") {
   if (fb::cuda::available()) {
     WARN("a CUDA device is present: the unavailable path is not exercised here");
@@ -164,7 +211,8 @@ TEST_CASE("CUDA: a call without a GPU says the backend is unavailable", "[cuda]"
   }
 }
 
-TEST_CASE("CUDA code generation: every kernel of these models compiles with NVRTC for sm_90", "[cuda][codegen]") {
+TEST_CASE("CUDA code generation: every kernel of these models compiles with NVRTC for sm_90, in float32, "
+          "bfloat16 and float16 storage", "[cuda][codegen]") {
   if (!fb::cuda::nvrtc_available()) {
     WARN("NVRTC not found: skipped");
     return;
@@ -193,7 +241,8 @@ TEST_CASE("CUDA code generation: every kernel of these models compiles with NVRT
     D::specialise_into(p, g);
     for (int k = 0; k < p.plan.n_kernels; ++k)
       if (D::generated(p.plan.kernels[k]))
-        kernels.push_back(fb::jit::render_cuda_kernel(p.nodes, p.plan, k, fb::dtype::f32, p.unit_inner));
+        for (fb::dtype t : {fb::dtype::f32, fb::dtype::bf16, fb::dtype::f16})
+          kernels.push_back(fb::jit::render_cuda_kernel(p.nodes, p.plan, k, t, p.unit_inner));
   };
   for (std::size_t rows : {std::size_t{0}, std::size_t{5}}) {
     add(static_cast<decltype(w1(X{}, V{}, B{}))*>(nullptr), rows);
@@ -201,7 +250,7 @@ TEST_CASE("CUDA code generation: every kernel of these models compiles with NVRT
     add(static_cast<decltype(mlp(X{}, M{}, B{}))*>(nullptr), rows);
     add(static_cast<decltype(cols(X{}, V{}))*>(nullptr), rows);
   }
-  REQUIRE(kernels.size() >= 8);
+  REQUIRE(kernels.size() >= 24);
   for (const auto& k : kernels) CHECK(k.source.find("fusebox_kernel_v1(") != std::string::npos);
   try {
     const auto built = fb::cuda::nvrtc_compile(fb::jit::make_cuda_unit(kernels).source, "compiled_models", "sm_90");

@@ -240,3 +240,25 @@ TEST_CASE("nvrtc_compile wants a real architecture, so that it yields a cubin", 
   CHECK(cuda::detail::is_real_arch("sm_100f"));
   CHECK(cuda::detail::is_real_arch("sm_120"));
 }
+
+TEST_CASE("nvrtc_check compiles to PTX for a virtual architecture and reports errors as nvrtc_compile does",
+          "[cuda][nvrtc]") {
+  CHECK_THROWS_AS(cuda::nvrtc_check(saxpy_source, "saxpy.cu", "sm_90"), fusebox::invalid_argument);
+  if (!cuda::nvrtc_available()) {
+    WARN("libnvrtc cannot be loaded: skipped. " << message_of([] { cuda::nvrtc(); }));
+    return;
+  }
+  CHECK_NOTHROW(cuda::nvrtc_check(saxpy_source, "saxpy.cu"));
+  const std::string broken = R"(
+extern "C" __global__ void broken(float* x) { x[threadIdx.x] = fusebox_other_undefined_name; }
+)";
+  try {
+    cuda::nvrtc_check(broken, "broken.cu", "compute_90");
+    FAIL("nvrtc_check accepted a kernel using an undefined name");
+  } catch (const cuda::nvrtc_error& e) {
+    INFO(e.what());
+    CHECK_THAT(e.log, Contains("fusebox_other_undefined_name"));
+    CHECK(e.source == broken);
+    CHECK_THAT(std::string(e.what()), Contains("-arch=compute_90"));
+  }
+}

@@ -15,12 +15,21 @@ namespace fusebox {
 /// bfloat16 storage: the top 16 bits of a float.
 struct bfloat16 {
   std::uint16_t bits = 0;
+  bfloat16() = default;
+  /// From float, rounding to nearest even (scalars in a model: `x * 0.5f`).
+  explicit bfloat16(float f) : bits(from_float(f).bits) {}
+  explicit operator float() const { return to_float(); }
   static bfloat16 from_float(float f) {
     std::uint32_t u;
     std::memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return bfloat16{static_cast<std::uint16_t>((u >> 16) | 0x40)};  // quiet NaN
+    bfloat16 r;
+    if ((u & 0x7fffffffu) > 0x7f800000u) {  // NaN stays a (quiet) NaN
+      r.bits = static_cast<std::uint16_t>((u >> 16) | 0x40);
+      return r;
+    }
     u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
-    return bfloat16{static_cast<std::uint16_t>(u >> 16)};
+    r.bits = static_cast<std::uint16_t>(u >> 16);
+    return r;
   }
   float to_float() const {
     const std::uint32_t u = static_cast<std::uint32_t>(bits) << 16;
@@ -33,13 +42,21 @@ struct bfloat16 {
 /// IEEE half storage.
 struct float16 {
   std::uint16_t bits = 0;
+  float16() = default;
+  explicit float16(float f) : bits(from_float(f).bits) {}
+  explicit operator float() const { return to_float(); }
+  static float16 of_bits(std::uint32_t b) {
+    float16 h;
+    h.bits = static_cast<std::uint16_t>(b);
+    return h;
+  }
   static float16 from_float(float f) {
     std::uint32_t u;
     std::memcpy(&u, &f, 4);
     const std::uint32_t sign = (u >> 16) & 0x8000u;
     const std::uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return float16{static_cast<std::uint16_t>(sign | 0x7e00u)};
-    if (a >= 0x477ff000u) return float16{static_cast<std::uint16_t>(sign | 0x7c00u)};  // overflow: inf
+    if (a > 0x7f800000u) return of_bits(sign | 0x7e00u);
+    if (a >= 0x477ff000u) return of_bits(sign | 0x7c00u);  // overflow: inf
     if (a < 0x38800000u) {  // subnormal or zero: scale into the 10-bit field, round half even
       float mag;
       std::uint32_t au = a;
@@ -48,11 +65,11 @@ struct float16 {
       std::uint32_t q = static_cast<std::uint32_t>(scaled);
       const float rest = scaled - static_cast<float>(q);
       if (rest > 0.5f || (rest == 0.5f && (q & 1u))) ++q;
-      return float16{static_cast<std::uint16_t>(sign | q)};
+      return of_bits(sign | q);
     }
     std::uint32_t r = a - 0x38000000u;  // rebias exponent 127 -> 15
     r += 0xfffu + ((r >> 13) & 1u);
-    return float16{static_cast<std::uint16_t>(sign | (r >> 13))};
+    return of_bits(sign | (r >> 13));
   }
   float to_float() const {
     const std::uint32_t sign = (bits & 0x8000u) << 16;

@@ -165,6 +165,46 @@ struct compile_result {
   std::vector<std::string> options;  // the full option list used (for cache keys and reports)
 };
 
+namespace detail {
+
+/// One nvrtcCompileProgram of `source` with `options`; throws nvrtc_error (with the log and the
+/// source) if it does not compile. On success the program is left in `guard` for its outputs and
+/// the warnings are in `log`.
+inline void run_nvrtc(const nvrtc_api& api, program_guard& guard, const std::string& source, const std::string& name,
+                      const std::vector<std::string>& options, std::string& log) {
+  std::vector<const char*> argv;
+  for (const auto& option : options) argv.push_back(option.c_str());
+  auto fail = [&](const std::string& what, nvrtcResult code) -> nvrtc_error {
+    std::string joined;
+    for (const auto& option : options) joined += (joined.empty() ? "" : " ") + option;
+    std::string message = "fusebox: NVRTC " + std::to_string(api.major) + "." + std::to_string(api.minor) + " (" +
+                          api.path + "): " + what + " for '" + name + "' failed with " +
+                          nvrtc_message(api, code) + "; options: " + joined;
+    if (!log.empty()) message += "\n" + log;
+    return nvrtc_error(message, log, source);
+  };
+  if (auto code = api.create_program(&guard.program, source.c_str(), name.c_str(), 0, nullptr, nullptr);
+      code != NVRTC_SUCCESS)
+    throw fail("nvrtcCreateProgram", code);
+  const nvrtcResult compiled = api.compile_program(guard.program, static_cast<int>(argv.size()), argv.data());
+  // The log is read whether or not the compile worked: on success it holds the warnings.
+  std::size_t log_size = 0;
+  if (api.get_program_log_size(guard.program, &log_size) == NVRTC_SUCCESS && log_size > 1) {
+    log.resize(log_size);
+    if (api.get_program_log(guard.program, log.data()) != NVRTC_SUCCESS) log.clear();
+    while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
+  }
+  if (compiled != NVRTC_SUCCESS) throw fail("nvrtcCompileProgram", compiled);
+}
+
+inline std::vector<std::string> nvrtc_options(const std::string& arch, const std::vector<std::string>& extra) {
+  std::vector<std::string> options = {"-arch=" + arch, "-std=c++17", "-default-device"};
+  options.insert(options.end(), extra.begin(), extra.end());
+  return options;
+}
+
+}  // namespace detail
+
 /// Compiles `source` (named `name` in diagnostics) for `arch` ("sm_90") with the options above
 /// plus `extra_options`. Throws nvrtc_error, carrying the log and the source, if it does not
 /// compile; invalid_argument if `arch` is not a real architecture.
@@ -174,52 +214,45 @@ inline compile_result nvrtc_compile(const std::string& source, const std::string
   if (!detail::is_real_arch(arch))
     throw invalid_argument("fusebox: nvrtc_compile(" + name + "): arch '" + arch +
                            "' is not a real GPU architecture such as sm_90; a virtual one "
-                           "(compute_90) would give PTX, not a cubin");
+                           "(compute_90) would give PTX, not a cubin (nvrtc_check takes one)");
   const auto& api = nvrtc();
   compile_result result;
-  result.options = {"-arch=" + arch, "-std=c++17", "-default-device"};
-  result.options.insert(result.options.end(), extra_options.begin(), extra_options.end());
-  std::vector<const char*> argv;
-  for (const auto& option : result.options) argv.push_back(option.c_str());
-
-  auto fail = [&](const std::string& what, nvrtcResult code, std::string log) -> nvrtc_error {
-    std::string options;
-    for (const auto& option : result.options) options += (options.empty() ? "" : " ") + option;
-    std::string message = "fusebox: NVRTC " + nvrtc_version() + " (" + api.path + "): " + what +
-                          " for '" + name + "' failed with " + detail::nvrtc_message(api, code) +
-                          "; options: " + options;
-    if (!log.empty()) message += "\n" + log;
-    return nvrtc_error(message, std::move(log), source);
-  };
-
+  result.options = detail::nvrtc_options(arch, extra_options);
   detail::program_guard guard{api};
-  if (auto code = api.create_program(&guard.program, source.c_str(), name.c_str(), 0, nullptr,
-                                     nullptr);
-      code != NVRTC_SUCCESS)
-    throw fail("nvrtcCreateProgram", code, "");
-  const nvrtcResult compiled =
-      api.compile_program(guard.program, static_cast<int>(argv.size()), argv.data());
-
-  // The log is read whether or not the compile worked: on success it holds the warnings.
-  std::size_t log_size = 0;
-  if (api.get_program_log_size(guard.program, &log_size) == NVRTC_SUCCESS && log_size > 1) {
-    result.log.resize(log_size);
-    if (api.get_program_log(guard.program, result.log.data()) != NVRTC_SUCCESS) result.log.clear();
-    while (!result.log.empty() && (result.log.back() == '\0' || result.log.back() == '\n'))
-      result.log.pop_back();
-  }
-  if (compiled != NVRTC_SUCCESS) throw fail("nvrtcCompileProgram", compiled, result.log);
-
+  detail::run_nvrtc(api, guard, source, name, result.options, result.log);
+  auto fail = [&](const std::string& what, nvrtcResult code) {
+    return nvrtc_error("fusebox: NVRTC: " + what + " for '" + name + "' failed with " +
+                           detail::nvrtc_message(api, code),
+                       result.log, source);
+  };
   std::size_t cubin_size = 0;
   if (auto code = api.get_cubin_size(guard.program, &cubin_size); code != NVRTC_SUCCESS)
-    throw fail("nvrtcGetCUBINSize", code, result.log);
+    throw fail("nvrtcGetCUBINSize", code);
   if (cubin_size == 0)
     throw nvrtc_error("fusebox: NVRTC produced no cubin for '" + name + "' (arch " + arch + ")",
                       result.log, source);
   result.cubin.resize(cubin_size);
   if (auto code = api.get_cubin(guard.program, result.cubin.data()); code != NVRTC_SUCCESS)
-    throw fail("nvrtcGetCUBIN", code, result.log);
+    throw fail("nvrtcGetCUBIN", code);
   return result;
+}
+
+/// Checks that `source` compiles for the virtual architecture `arch` ("compute_90"): NVRTC's
+/// front end and NVVM, down to PTX, without ptxas. Every error of a code generator (syntax,
+/// types, overloads, a missing intrinsic) shows here at a fraction of a cubin build's cost; what
+/// only ptxas checks (register or shared-memory limits) needs nvrtc_compile. Returns the
+/// warnings; throws nvrtc_error like nvrtc_compile.
+inline std::string nvrtc_check(const std::string& source, const std::string& name,
+                               const std::string& arch = "compute_90",
+                               const std::vector<std::string>& extra_options = {}) {
+  if (arch.rfind("compute_", 0) != 0)
+    throw invalid_argument("fusebox: nvrtc_check(" + name + "): arch '" + arch +
+                           "' is not a virtual architecture such as compute_90");
+  const auto& api = nvrtc();
+  detail::program_guard guard{api};
+  std::string log;
+  detail::run_nvrtc(api, guard, source, name, detail::nvrtc_options(arch, extra_options), log);
+  return log;
 }
 
 }  // namespace fusebox::cuda
