@@ -8,12 +8,13 @@
 //     benchmark's own input set-up (100 MB of weights filled with random numbers), which is
 //     timed and reported on its own;
 //   - a variable-batch workload (sizes drawn from 1..256): compiles stay at 2 with `automatic`;
-//   - regional compilation: cold compile of a stack of 12 identical residual blocks against one
-//     block (each in a fresh process whose kernels are all new; the prelude is warm).
+//   - regional compilation: cold first result of 12 layers of one compiled residual block against
+//     1 layer, and of 3 blocks written as one graph (each in a fresh process whose kernels are
+//     all new; the prelude is warm).
 // Prints JSON lines (BENCHMARKS.md fields) and a table.
 //   dynamic [--threads N]               everything
 //   dynamic --warm-child W CACHE        (internal) the fresh process of the warm-start measurement
-//   dynamic --regional-child L CACHE    (internal) cold compile of an L-block stack (L = 1 or 12)
+//   dynamic --regional-child V CACHE    (internal) cold first result of variant V (1, 12 or 3g)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -156,6 +157,12 @@ struct block_weights {
   }
 };
 
+auto residual_block = [](auto x, auto gamma, auto beta, auto w, auto bias) {
+  return x + fb::gelu(fb::matmul(fb::layer_norm(x, gamma, beta, 1e-5f), w) + bias);
+};
+
+/// L blocks as one expression. Each use of `h` copies its expression, so the tree grows as 4^L:
+/// only small L (the structural-key measurement); deep stacks compile the block (regional).
 template <std::size_t L, class X, class Blocks>
 auto residual_stack(const X& x, const Blocks& blocks) {
   if constexpr (L == 0) {
@@ -163,23 +170,31 @@ auto residual_stack(const X& x, const Blocks& blocks) {
   } else {
     const auto h = residual_stack<L - 1>(x, blocks);
     const auto& p = blocks[L - 1];
-    return h + fb::gelu(fb::matmul(fb::layer_norm(h, p.gamma, p.beta, 1e-5f), p.w) + p.bias);
+    return residual_block(h, p.gamma, p.beta, p.w, p.bias);
   }
 }
 
-/// Cold compile of an L-block stack in this fresh process: prints compile seconds, compiles and
-/// kernels compiled. The width differs between L = 1 and L = 12, so neither finds the other's
-/// kernels in the shared cache directory.
-template <std::size_t L, std::size_t D>
+/// Cold first result of an L-layer model in this fresh process: prints seconds, compiles and
+/// kernels compiled. `InGraph`: the L blocks written as one expression and compiled as one
+/// graph; otherwise torch.compile's regional form, one compiled block called L times with each
+/// layer's weights. Widths differ between the variants, so none finds another's kernels in the
+/// shared cache directory.
+template <std::size_t L, std::size_t D, bool InGraph>
 int regional_child_run() {
   std::vector<block_weights<D>> blocks;
   for (std::size_t l = 0; l < L; ++l) blocks.emplace_back(100 + 10 * l);
   dmat<D> x(64);
   x.fill_random(7);
-  auto fast = fb::compile([&blocks](auto in) { return residual_stack<L>(in, blocks); });
+  dmat<D> y = x;
   const auto compiles0 = fb::jit::counters().compiles.load();
   const auto t0 = std::chrono::steady_clock::now();
-  const auto y = fast(x);
+  if constexpr (InGraph) {
+    auto fast = fb::compile([&blocks](auto in) { return residual_stack<L>(in, blocks); });
+    y = fast(x);
+  } else {
+    auto layer = fb::compile(residual_block);
+    for (const auto& p : blocks) y = layer(y, p.gamma, p.beta, p.w, p.bias);
+  }
   const double first = seconds(t0);
   std::printf("%.4f %llu %zu %g\n", first,
               static_cast<unsigned long long>(fb::jit::counters().compiles.load() - compiles0),
@@ -187,8 +202,11 @@ int regional_child_run() {
   return 0;
 }
 
-int regional_child(const std::string& layers) {
-  return layers == "12" ? regional_child_run<12, 448>() : regional_child_run<1, 384>();
+int regional_child(const std::string& variant) {
+  if (variant == "1") return regional_child_run<1, 384, false>();
+  if (variant == "12") return regional_child_run<12, 448, false>();
+  if (variant == "3g") return regional_child_run<3, 320, true>();
+  return 2;
 }
 
 /// Runs this binary with `args`; returns its first line of output (empty on failure).
@@ -290,27 +308,31 @@ int main(int argc, char** argv) {
     }
     add(r, 0);
   }
-  {  // Regional compilation: 12 identical blocks against one, each cold in a fresh process.
-    double one_s = -1, twelve_s = -1;
-    unsigned long long one_c = 0, twelve_c = 0;
-    std::size_t one_k = 0, twelve_k = 0;
-    const std::string a = run_child(argv[0], "--regional-child 1 '" + cache.path().string() + "'");
-    const std::string b = run_child(argv[0], "--regional-child 12 '" + cache.path().string() + "'");
-    const bool ok = std::sscanf(a.c_str(), "%lf %llu %zu", &one_s, &one_c, &one_k) == 3 &&
-                    std::sscanf(b.c_str(), "%lf %llu %zu", &twelve_s, &twelve_c, &twelve_k) == 3;
-    bench::record r1{"residual_block_x1_dyn", "fusebox", "jit"};
-    r1.compile_s = one_s;
-    r1.note = ok ? "cold first call (compile + run), " + std::to_string(one_c) + " compile(s), " +
-                       std::to_string(one_k) + " kernel(s) compiled"
-                 : "child failed: " + a;
-    add(r1, 0);
-    bench::record r12{"residual_block_x12_dyn", "fusebox", "jit"};
-    r12.compile_s = twelve_s;
-    r12.note = ok ? "cold first call (compile + run), " + std::to_string(twelve_c) + " compile(s), " +
-                        std::to_string(twelve_k) + " kernel(s) compiled; " + fmt("%.2fx", twelve_s / one_s) +
-                        " the one-block time"
-                  : "child failed: " + b;
-    add(r12, 0);
+  {  // Regional compilation: 1 and 12 layers of one compiled block, and 3 blocks in one graph,
+     // each cold in a fresh process.
+    struct variant {
+      const char* arg;
+      const char* name;
+      const char* how;
+    };
+    const variant variants[] = {{"1", "residual_block_x1_dyn", "one compiled block, 1 layer"},
+                                {"12", "residual_block_x12_dyn", "one compiled block called for 12 layers (regional)"},
+                                {"3g", "residual_stack3_graph_dyn", "3 blocks in one graph (structural key)"}};
+    double one_s = -1;
+    for (const auto& v : variants) {
+      double s = -1;
+      unsigned long long c = 0;
+      std::size_t k = 0;
+      const std::string line = run_child(argv[0], std::string("--regional-child ") + v.arg + " '" + cache.path().string() + "'");
+      const bool ok = std::sscanf(line.c_str(), "%lf %llu %zu", &s, &c, &k) == 3;
+      if (ok && one_s < 0) one_s = s;
+      bench::record r{v.name, "fusebox", "jit"};
+      r.compile_s = s;
+      r.note = ok ? std::string(v.how) + ": cold first result (compile + run), " + std::to_string(c) + " compile(s), " +
+                        std::to_string(k) + " kernel(s) compiled; " + fmt("%.2fx", s / one_s) + " the one-block time"
+                  : "child failed: " + line;
+      add(r, 0);
+    }
   }
   std::printf("\n");
   tab.print();

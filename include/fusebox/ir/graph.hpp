@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstddef>
+#include <type_traits>
 
 #include "fusebox/expr/node.hpp"
 #include "fusebox/meta/type_list.hpp"
@@ -20,6 +21,13 @@
 namespace fusebox::ir {
 
 inline constexpr int max_inputs = 3;
+/// The most expression copies one graph may lower (graph<...>::expanded_size). The planner is
+/// constexpr and superlinear in the node count: at ~2400 copies (4 residual blocks with captured
+/// weights) GCC 12 needs 9 GB and minutes and then stops at its constexpr operation limit; 1024
+/// leaves room for a few hundred distinct nodes. GCC's own cost for such types also grows with
+/// the tree, so past ~6 blocks the compiler is slow before this check runs: the remedy in the
+/// message (compile the repeated block) is the one that scales.
+inline constexpr std::size_t max_expanded_nodes = 1024;
 
 struct node {
   node_desc desc{};
@@ -72,6 +80,30 @@ struct collect<E, All, Seen, false> {
                                   typename meta::push_back<typename kids::seen, E>::type>;
 };
 
+// ---- the size of the lowering, before doing it ----
+
+// Nodes the lowering visits: a payload-free subtree merges (it costs one visit however often it
+// is used), a subtree that holds a payload is visited once per use. Computed once per distinct
+// type, so it is cheap even where the lowering would not be: a value used k times is k copies of
+// its expression, and a residual stack `h = h + f(layer_norm(h) ...)` of L blocks with captured
+// weights has about 4^L of them.
+template <class E>
+struct expanded_nodes;
+template <class... C>
+constexpr std::size_t expanded_children(meta::type_list<C...>) {
+  return (std::size_t{0} + ... + expanded_nodes<C>::value);
+}
+template <class E>
+struct expanded_nodes {
+  static constexpr std::size_t value = E::has_payload ? 1 + expanded_children(typename E::children{}) : 1;
+};
+
+/// Stands in for the lowering of a graph over the limit, so that the static_assert below is the
+/// one error instead of a compiler that runs out of memory.
+struct over_limit {
+  using all = meta::type_list<>;
+};
+
 // ---- value level: the nodes ----
 
 template <std::size_t N>
@@ -108,8 +140,18 @@ constexpr int lower_into(builder<N>& b) {
 /// The graph of one or more root expressions (several roots: a model returning a tuple).
 template <class... Roots>
 struct graph {
-  using node_types = typename detail::collect_children<meta::type_list<Roots...>, meta::type_list<>,
-                                                       meta::type_list<>>::all;
+  /// Copies of expressions the lowering visits (see detail::expanded_nodes).
+  static constexpr std::size_t expanded_size = (std::size_t{0} + ... + detail::expanded_nodes<Roots>::value);
+  static_assert(expanded_size <= max_expanded_nodes,
+                "fusebox: this model's expression has more node copies than max_expanded_nodes (1024): a value "
+                "that holds captured tensors or scalars and is used k times is k copies of its expression, so "
+                "a stack of L residual blocks with captured weights grows as 4^L. Compile the repeated block as "
+                "its own function with its weights as arguments (regional compilation: one compile serves "
+                "every layer), or pass the weights as arguments of the compiled model.");
+  using node_types = typename std::conditional_t<
+      (expanded_size <= max_expanded_nodes),
+      detail::collect_children<meta::type_list<Roots...>, meta::type_list<>, meta::type_list<>>,
+      detail::over_limit>::all;
   static constexpr std::size_t size = node_types::size;
 
  private:
@@ -121,12 +163,15 @@ struct graph {
   static constexpr lowered lower() {
     detail::builder<size> b;
     std::array<int, sizeof...(Roots)> outs{};
-    int k = 0;
-    ((outs[k++] = detail::lower_into<Roots>(b)), ...);
+    if constexpr (expanded_size <= max_expanded_nodes) {
+      int k = 0;
+      ((outs[k++] = detail::lower_into<Roots>(b)), ...);
+    }
     return {b.nodes, outs, b.payloads};
   }
   static constexpr lowered result = lower();
-  static_assert(result.nodes[size - 1].type != nullptr, "fusebox internal: lowering and node_types disagree");
+  static_assert(size == 0 || result.nodes[size - 1].type != nullptr,
+                "fusebox internal: lowering and node_types disagree");
 
  public:
   static constexpr std::array<node, size> nodes = result.nodes;
