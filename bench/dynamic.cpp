@@ -9,12 +9,12 @@
 //     timed and reported on its own;
 //   - a variable-batch workload (sizes drawn from 1..256): compiles stay at 2 with `automatic`;
 //   - regional compilation: cold first result of 12 layers of one compiled residual block against
-//     1 layer, and of 3 blocks written as one graph (each in a fresh process whose kernels are
+//     1 layer, and of 2 blocks written as one graph (each in a fresh process whose kernels are
 //     all new; the prelude is warm).
 // Prints JSON lines (BENCHMARKS.md fields) and a table.
 //   dynamic [--threads N]               everything
 //   dynamic --warm-child W CACHE        (internal) the fresh process of the warm-start measurement
-//   dynamic --regional-child V CACHE    (internal) cold first result of variant V (1, 12 or 3g)
+//   dynamic --regional-child V CACHE    (internal) cold first result of variant V (1, 12 or 2g)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -205,7 +205,7 @@ int regional_child_run() {
 int regional_child(const std::string& variant) {
   if (variant == "1") return regional_child_run<1, 384, false>();
   if (variant == "12") return regional_child_run<12, 448, false>();
-  if (variant == "3g") return regional_child_run<3, 320, true>();
+  if (variant == "2g") return regional_child_run<2, 320, true>();
   return 2;
 }
 
@@ -308,7 +308,7 @@ int main(int argc, char** argv) {
     }
     add(r, 0);
   }
-  {  // Regional compilation: 1 and 12 layers of one compiled block, and 3 blocks in one graph,
+  {  // Regional compilation: 1 and 12 layers of one compiled block, and 2 blocks in one graph,
      // each cold in a fresh process.
     struct variant {
       const char* arg;
@@ -317,7 +317,7 @@ int main(int argc, char** argv) {
     };
     const variant variants[] = {{"1", "residual_block_x1_dyn", "one compiled block, 1 layer"},
                                 {"12", "residual_block_x12_dyn", "one compiled block called for 12 layers (regional)"},
-                                {"3g", "residual_stack3_graph_dyn", "3 blocks in one graph (structural key)"}};
+                                {"2g", "residual_stack2_graph_dyn", "2 blocks in one graph (structural key)"}};
     double one_s = -1;
     for (const auto& v : variants) {
       double s = -1;

@@ -22,12 +22,12 @@ namespace fusebox::ir {
 
 inline constexpr int max_inputs = 3;
 /// The most expression copies one graph may lower (graph<...>::expanded_size). The planner is
-/// constexpr and superlinear in the node count: at ~2400 copies (4 residual blocks with captured
-/// weights) GCC 12 needs 9 GB and minutes and then stops at its constexpr operation limit; 1024
-/// leaves room for a few hundred distinct nodes. GCC's own cost for such types also grows with
+/// constexpr and superlinear in the node count: at ~600 copies (3 residual blocks with captured
+/// weights, static shapes) GCC 12 stops at its default constexpr operation limit, at ~2400 (4
+/// blocks) it first needs 9 GB and minutes. 512 is above any single block of the reference models. GCC's own cost for such types also grows with
 /// the tree, so past ~6 blocks the compiler is slow before this check runs: the remedy in the
 /// message (compile the repeated block) is the one that scales.
-inline constexpr std::size_t max_expanded_nodes = 1024;
+inline constexpr std::size_t max_expanded_nodes = 512;
 
 struct node {
   node_desc desc{};
@@ -143,7 +143,7 @@ struct graph {
   /// Copies of expressions the lowering visits (see detail::expanded_nodes).
   static constexpr std::size_t expanded_size = (std::size_t{0} + ... + detail::expanded_nodes<Roots>::value);
   static_assert(expanded_size <= max_expanded_nodes,
-                "fusebox: this model's expression has more node copies than max_expanded_nodes (1024): a value "
+                "fusebox: this model's expression has more node copies than max_expanded_nodes (512): a value "
                 "that holds captured tensors or scalars and is used k times is k copies of its expression, so "
                 "a stack of L residual blocks with captured weights grows as 4^L. Compile the repeated block as "
                 "its own function with its weights as arguments (regional compilation: one compile serves "
