@@ -24,9 +24,10 @@ inline constexpr int max_inputs = 3;
 /// The most expression copies one graph may lower (graph<...>::expanded_size). The planner is
 /// constexpr and superlinear in the node count: at ~600 copies (3 residual blocks with captured
 /// weights, static shapes) GCC 12 stops at its default constexpr operation limit, at ~2400 (4
-/// blocks) it first needs 9 GB and minutes. 512 is above any single block of the reference models. GCC's own cost for such types also grows with
-/// the tree, so past ~6 blocks the compiler is slow before this check runs: the remedy in the
-/// message (compile the repeated block) is the one that scales.
+/// blocks) it first needs 9 GB and minutes. 512 is above any single block of the reference
+/// models. GCC's own cost for such types also grows with the tree, so past ~5 blocks the compiler
+/// is slow before this check runs: the remedy in the message (compile the repeated block) is the
+/// one that scales.
 inline constexpr std::size_t max_expanded_nodes = 512;
 
 struct node {
