@@ -167,6 +167,18 @@ struct compile_result {
 
 namespace detail {
 
+/// "fusebox: NVRTC 13.0 (path): <what> for '<name>' failed with <error>; options: ...", then the log.
+inline std::string nvrtc_failure(const nvrtc_api& api, const std::string& what, const std::string& name,
+                                 nvrtcResult code, const std::vector<std::string>& options, const std::string& log) {
+  std::string joined;
+  for (const auto& option : options) joined += (joined.empty() ? "" : " ") + option;
+  std::string message = "fusebox: NVRTC " + std::to_string(api.major) + "." + std::to_string(api.minor) + " (" +
+                        api.path + "): " + what + " for '" + name + "' failed with " + nvrtc_message(api, code) +
+                        "; options: " + joined;
+  if (!log.empty()) message += "\n" + log;
+  return message;
+}
+
 /// One nvrtcCompileProgram of `source` with `options`; throws nvrtc_error (with the log and the
 /// source) if it does not compile. On success the program is left in `guard` for its outputs and
 /// the warnings are in `log`.
@@ -174,14 +186,8 @@ inline void run_nvrtc(const nvrtc_api& api, program_guard& guard, const std::str
                       const std::vector<std::string>& options, std::string& log) {
   std::vector<const char*> argv;
   for (const auto& option : options) argv.push_back(option.c_str());
-  auto fail = [&](const std::string& what, nvrtcResult code) -> nvrtc_error {
-    std::string joined;
-    for (const auto& option : options) joined += (joined.empty() ? "" : " ") + option;
-    std::string message = "fusebox: NVRTC " + std::to_string(api.major) + "." + std::to_string(api.minor) + " (" +
-                          api.path + "): " + what + " for '" + name + "' failed with " +
-                          nvrtc_message(api, code) + "; options: " + joined;
-    if (!log.empty()) message += "\n" + log;
-    return nvrtc_error(message, log, source);
+  auto fail = [&](const std::string& what, nvrtcResult code) {
+    return nvrtc_error(nvrtc_failure(api, what, name, code, options, log), log, source);
   };
   if (auto code = api.create_program(&guard.program, source.c_str(), name.c_str(), 0, nullptr, nullptr);
       code != NVRTC_SUCCESS)
@@ -221,9 +227,7 @@ inline compile_result nvrtc_compile(const std::string& source, const std::string
   detail::program_guard guard{api};
   detail::run_nvrtc(api, guard, source, name, result.options, result.log);
   auto fail = [&](const std::string& what, nvrtcResult code) {
-    return nvrtc_error("fusebox: NVRTC: " + what + " for '" + name + "' failed with " +
-                           detail::nvrtc_message(api, code),
-                       result.log, source);
+    return nvrtc_error(detail::nvrtc_failure(api, what, name, code, result.options, result.log), result.log, source);
   };
   std::size_t cubin_size = 0;
   if (auto code = api.get_cubin_size(guard.program, &cubin_size); code != NVRTC_SUCCESS)
