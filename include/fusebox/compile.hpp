@@ -11,6 +11,7 @@
 // Depends on: cpu/, ops/, options.hpp, graph_break.hpp.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <tuple>
 #include <type_traits>
@@ -199,8 +200,9 @@ class compiled {
   }
 
   /// The CUDA backend: the run-time path with CUDA kernels (NVRTC) and cuBLASLt, whatever the
-  /// extents (static ones are baked into the generated source like known dyn ones). The call is
-  /// complete when it returns (the stream is synchronised), so results can be read at once.
+  /// extents (static ones are baked into the generated source like known dyn ones). The call
+  /// returns once its work is queued on cuda::work_stream() (as a PyTorch op does on its current
+  /// stream): reading a result (to_host) waits for it, and cuda::synchronize() waits for all.
   template <class... Args>
   auto call_cuda(const Args&... args) {
     static_assert(((!is_tensor_v<Args>) && ...),
@@ -245,9 +247,12 @@ class compiled {
       g.copy_to[i] = f.copy_to[i];
       g.payload[i] = f.payload[i];
     }
-    if (!cuda_rt_) cuda_rt_ = std::make_unique<jit::cuda_runtime>();
-    prog->run(g, concrete, *cuda_rt_);
-    cuda_rt_->stream.sync();
+    if (!cuda_rt_) {
+      cuda_rt_ = std::make_unique<jit::cuda_runtime>();
+      cuda_rt_->graphs.set_cap(opts_.cudagraph_cap);
+    }
+    if (opts_.mode == mode::reduce_overhead && graph_size_allowed(facts)) prog->run_graph(g, concrete, facts.extents, *cuda_rt_);
+    else prog->run(g, concrete, *cuda_rt_);
     return detail::unwrap(std::move(outs));
   }
 
@@ -255,6 +260,15 @@ class compiled {
   /// specialisations accept only extents in [min, max], and an extent outside is a shape_error.
   compiled& hint(std::size_t arg, std::size_t dim, std::size_t min, std::size_t max, std::size_t opt = 0) {
     hints_.push_back(dim_hint{arg, dim, min, max, opt});
+    return *this;
+  }
+
+  /// mode::reduce_overhead records one CUDA graph per call signature (jit/cuda_graphs.hpp). With
+  /// this rule, only calls whose argument `arg` has dimension `dim` in `sizes` are recorded (the
+  /// batch sizes a server sees most); others run as in the default mode. Rules add up: a call is
+  /// recorded when it passes every rule.
+  compiled& cudagraph_sizes(std::size_t arg, std::size_t dim, std::vector<std::size_t> sizes) {
+    graph_sizes_.push_back(graph_size_rule{arg, dim, std::move(sizes)});
     return *this;
   }
 
@@ -276,6 +290,21 @@ class compiled {
       detail::program_of<decltype(roots_type(std::index_sequence_for<Args...>{}, meta::type_list<Args...>{}))>;
   template <class... Args>
   using program_for = typename program_for_args<Args...>::type;
+
+  struct graph_size_rule {
+    std::size_t arg, dim;
+    std::vector<std::size_t> sizes;
+  };
+  bool graph_size_allowed(const jit::call_facts& facts) const {
+    for (const graph_size_rule& r : graph_sizes_) {
+      if (r.arg >= facts.extents.size() || r.dim >= facts.extents[r.arg].rank)
+        throw invalid_argument("fusebox: cudagraph_sizes names argument " + std::to_string(r.arg) + " dimension " +
+                               std::to_string(r.dim) + ", but the call's argument has shape " +
+                               (r.arg < facts.extents.size() ? to_string(facts.extents[r.arg]) : std::string("(none)")));
+      if (std::find(r.sizes.begin(), r.sizes.end(), facts.extents[r.arg].extent[r.dim]) == r.sizes.end()) return false;
+    }
+    return true;
+  }
 
   bool eager_only() const { return detail::disabled_by_environment() || current_stance() == stance::force_eager; }
 
@@ -365,6 +394,7 @@ class compiled {
   options opts_;
   std::unique_ptr<cpu::runtime> rt_ = std::make_unique<cpu::runtime>();
   std::unique_ptr<jit::cuda_runtime> cuda_rt_;  // created by the first CUDA call
+  std::vector<graph_size_rule> graph_sizes_;     // cudagraph_sizes()
   std::vector<dim_hint> hints_;
   std::vector<std::pair<const void*, std::shared_ptr<void>>> dynamic_state_;
   std::vector<recompile_counter> dynamic_;

@@ -24,6 +24,9 @@ struct options {
   bool error_on_recompile = false;
   bool fast_math = false;
   unsigned threads = 0;  ///< 0: fusebox::default_threads()
+  /// reduce_overhead: CUDA graphs kept per compiled function (one per call signature: extents,
+  /// addresses), least recently used dropped first. See compiled::cudagraph_sizes.
+  unsigned cudagraph_cap = 16;
 };
 
 namespace detail {

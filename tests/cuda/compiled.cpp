@@ -5,7 +5,9 @@
 // references, every element. On a machine without a GPU (CI) the compiled-call cases skip saying
 // so; the code-generation case still runs (NVRTC needs no GPU) and compiles every kernel of these
 // models for sm_90.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -132,6 +134,146 @@ TEST_CASE("CUDA: matmul through cuBLASLt with a fused epilogue kernel; the batch
     CHECK(worst(y, r) < 1e-4);
   }
   CHECK(fast.recompiles() == 1);  // 33 -> 7 makes the batch symbolic; 200 reuses it
+}
+
+namespace {
+
+/// mlp's reference in double: gelu(x m + b), x [rows, K], m [K, C].
+template <class X, class M, class B>
+std::vector<double> mlp_reference(const X& x, const M& m, const B& b) {
+  const std::size_t rows = x.extent(0), k_in = x.extent(1), cols = m.extent(1);
+  std::vector<double> r(rows * cols);
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t j = 0; j < cols; ++j) {
+      double s = b.flat(j);
+      for (std::size_t k = 0; k < k_in; ++k) s += static_cast<double>(x.flat(i * k_in + k)) * m.flat(k * cols + j);
+      r[i * cols + j] = gelu(s);
+    }
+  return r;
+}
+
+template <class A, class B>
+bool same_bits(const A& a, const B& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a.flat(i), &b.flat(i), sizeof(float)) != 0) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("CUDA: reduce_overhead replays CUDA graphs: same bits as the default mode; new data, tensors, sizes",
+          "[cuda][cudagraphs]") {
+  FUSEBOX_REQUIRE_GPU();
+  // Sizes no other case here uses, so the device block cache hands a freed output block back.
+  constexpr std::size_t K = 88, C = 72;
+  using X = fb::cuda::tensor<float, fb::shape<fb::dyn, K>>;
+  fb::tensor<float, fb::shape<K, C>> m;
+  fb::tensor<float, fb::shape<C>> b;
+  m.fill_random(31, -0.2f, 0.2f);
+  b.fill_random(32);
+  const fb::cuda::tensor<float, fb::shape<K, C>> dm(m);
+  const fb::cuda::tensor<float, fb::shape<C>> db(b);
+  auto graphs = fb::compile(mlp, fb::options{.mode = fb::mode::reduce_overhead});
+  auto plain = fb::compile(mlp);
+  auto& counters = fb::jit::counters();
+
+  fb::tensor<float, fb::shape<fb::dyn, K>> x(41);
+  x.fill_random(33);
+  X dx(x);
+  auto r = mlp_reference(x, m, b);
+  const auto want = plain(dx, dm, db).to_host();
+  CHECK(worst(want, r) < 1e-4);
+
+  // The same arguments six times: a graph per distinct output address (the block cache usually
+  // returns the block freed by the previous iteration), replays for the rest.
+  const auto before = counters.snapshot();
+  std::vector<const float*> outputs;
+  for (int call = 0; call < 6; ++call) {
+    const auto y = graphs(dx, dm, db);
+    if (std::find(outputs.begin(), outputs.end(), y.data()) == outputs.end()) outputs.push_back(y.data());
+    INFO("call " << call);
+    CHECK(same_bits(y.to_host(), want));
+  }
+  const auto after = counters.snapshot();
+  CHECK(after.graph_captures - before.graph_captures == outputs.size());
+  CHECK(after.graph_replays - before.graph_replays == 6 - outputs.size());
+  REQUIRE(after.graph_replays > before.graph_replays);  // the replay path ran at all
+
+  // New values in the same tensor: a replay reads them.
+  x.fill_random(34);
+  dx.upload(x);
+  r = mlp_reference(x, m, b);
+  {
+    const auto replays = counters.snapshot().graph_replays;
+    const auto y = graphs(dx, dm, db).to_host();
+    CHECK(worst(y, r) < 1e-4);
+    CHECK(same_bits(y, plain(dx, dm, db).to_host()));
+    CHECK(counters.snapshot().graph_replays == replays + 1);
+  }
+
+  // Another tensor (another address) and another batch (another specialisation): recorded anew.
+  X dx2(x);
+  CHECK(worst(graphs(dx2, dm, db).to_host(), r) < 1e-4);
+  fb::tensor<float, fb::shape<fb::dyn, K>> x7(7);
+  x7.fill_random(35);
+  CHECK(worst(graphs(X(x7), dm, db).to_host(), mlp_reference(x7, m, b)) < 1e-4);
+}
+
+TEST_CASE("CUDA: reduce_overhead: the graph cap updates graphs in place; scalars and size lists are honoured",
+          "[cuda][cudagraphs]") {
+  FUSEBOX_REQUIRE_GPU();
+  constexpr std::size_t K = 40, C = 24;
+  using X = fb::cuda::tensor<float, fb::shape<fb::dyn, K>>;
+  fb::tensor<float, fb::shape<K, C>> m;
+  fb::tensor<float, fb::shape<C>> b;
+  m.fill_random(41, -0.3f, 0.3f);
+  b.fill_random(42);
+  const fb::cuda::tensor<float, fb::shape<K, C>> dm(m);
+  const fb::cuda::tensor<float, fb::shape<C>> db(b);
+  auto& counters = fb::jit::counters();
+
+  // Cap 2, three live input tensors: the third call writes over the older graph of its shape.
+  auto capped = fb::compile(mlp, fb::options{.mode = fb::mode::reduce_overhead, .cudagraph_cap = 2});
+  std::vector<fb::tensor<float, fb::shape<fb::dyn, K>>> xs;
+  std::vector<X> dxs;
+  for (int i = 0; i < 3; ++i) {
+    xs.emplace_back(19);
+    xs.back().fill_random(43 + i);
+    dxs.emplace_back(xs.back());
+  }
+  const auto before = counters.snapshot();
+  for (int round = 0; round < 2; ++round)
+    for (int i = 0; i < 3; ++i) {
+      INFO("round " << round << ", input " << i);
+      CHECK(worst(capped(dxs[i], dm, db).to_host(), mlp_reference(xs[i], m, b)) < 1e-4);
+    }
+  const auto after = counters.snapshot();
+  CHECK(after.graph_captures - before.graph_captures == 6);  // no signature survives a cycle of three in two slots
+  CHECK(after.graph_updates - before.graph_updates == 4);    // calls past the cap update in place
+
+  // A scalar argument is part of what a graph bakes in: a new value is a new recording.
+  auto scale = fb::compile([](auto x, float a) { return x * a + 1.0f; }, fb::options{.mode = fb::mode::reduce_overhead});
+  for (float a : {2.0f, -3.0f, 2.0f}) {
+    const auto y = scale(dxs[0], a).to_host();
+    std::vector<double> r(xs[0].size());
+    for (std::size_t i = 0; i < r.size(); ++i) r[i] = static_cast<double>(xs[0].flat(i)) * a + 1.0;
+    INFO("a = " << a);
+    CHECK(worst(y, r) < 1e-6);
+  }
+
+  // With a size list, other batch sizes run without a graph.
+  auto listed = fb::compile(mlp, fb::options{.mode = fb::mode::reduce_overhead});
+  listed.cudagraph_sizes(0, 0, {19});
+  fb::tensor<float, fb::shape<fb::dyn, K>> x5(5);
+  x5.fill_random(47);
+  const auto captures = counters.snapshot().graph_captures;
+  CHECK(worst(listed(X(x5), dm, db).to_host(), mlp_reference(x5, m, b)) < 1e-4);
+  CHECK(counters.snapshot().graph_captures == captures);
+  CHECK(worst(listed(dxs[1], dm, db).to_host(), mlp_reference(xs[1], m, b)) < 1e-4);
+  CHECK(counters.snapshot().graph_captures == captures + 1);
+  listed.cudagraph_sizes(3, 0, {1});
+  CHECK_THROWS_WITH(listed(dxs[1], dm, db), Catch::Contains("cudagraph_sizes names argument 3"));
 }
 
 TEST_CASE("CUDA: a column reduction, thread per column", "[cuda]") {

@@ -41,6 +41,7 @@ struct CUstream_st;
 struct CUevent_st;
 struct CUgraph_st;
 struct CUgraphExec_st;
+struct CUgraphNode_st;
 
 namespace fusebox::cuda {
 
@@ -55,6 +56,15 @@ using CUstream = ::CUstream_st*;
 using CUevent = ::CUevent_st*;
 using CUgraph = ::CUgraph_st*;
 using CUgraphExec = ::CUgraphExec_st*;
+using CUgraphNode = ::CUgraphNode_st*;
+
+/// CUgraphExecUpdateResultInfo_v1: why cuGraphExecUpdate refused an update (`result` is a
+/// CUgraphExecUpdateResult: 0 success, 2 topology changed, 3 node type changed, ...).
+struct CUgraphExecUpdateResultInfo {
+  int result = 0;
+  CUgraphNode error_node = nullptr;
+  CUgraphNode error_from_node = nullptr;
+};
 
 // --- cuda.h constants (only those fusebox uses) -----------------------------------------------
 inline constexpr CUresult CUDA_SUCCESS = 0;
@@ -128,6 +138,7 @@ struct driver_api {
   CUresult (*graph_launch)(CUgraphExec, CUstream);                // cuGraphLaunch
   CUresult (*graph_exec_destroy)(CUgraphExec);                    // cuGraphExecDestroy
   CUresult (*graph_destroy)(CUgraph);                             // cuGraphDestroy
+  CUresult (*graph_exec_update)(CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo*);  // cuGraphExecUpdate_v2
 
   int version = 0;   // cuDriverGetVersion: 13000 for CUDA 13.0
   std::string path;  // the libcuda that was loaded
@@ -222,6 +233,7 @@ inline void load_driver(driver_state& state) {
   bind(api.graph_launch, "cuGraphLaunch");
   bind(api.graph_exec_destroy, "cuGraphExecDestroy");
   bind(api.graph_destroy, "cuGraphDestroy");
+  bind(api.graph_exec_update, "cuGraphExecUpdate_v2");
   api.path = loaded_file(lib, reinterpret_cast<const void*>(api.init));
 
   // cuDriverGetVersion works before cuInit; the version makes an init failure easier to read.

@@ -182,6 +182,20 @@ class stream {
   CUstream handle_ = nullptr;
 };
 
+/// The stream every compiled call and every cuda::tensor copy runs on (PyTorch's "current stream"):
+/// work on it runs in the order it was queued, so a compiled call returns once its kernels are
+/// queued, a result is read after them (cuda::tensor::to_host waits for the stream), and a block
+/// a tensor gives back can go to the next tensor at once. Created on first use and never destroyed
+/// (tensors in static storage may still queue copies at exit).
+inline stream& work_stream() {
+  static stream* s = new stream;
+  return *s;
+}
+
+/// Waits for everything queued on work_stream(): before timing, or before handing device memory
+/// to code that does not use the stream.
+inline void synchronize() { work_stream().sync(); }
+
 /// A CUDA event with timing enabled, for measuring work on a stream.
 class event {
  public:

@@ -55,7 +55,14 @@ class block_cache {
     if (!b) return;
     const std::size_t bytes = b->size();
     std::lock_guard lock(mutex_);
-    if (cached_ + bytes > max_cached_bytes()) return;  // freed here
+    if (cached_ + bytes > max_cached_bytes()) {
+      // Freed here: queued calls may still use it, so let them finish first.
+      try {
+        work_stream().sync();
+      } catch (...) {
+      }
+      return;
+    }
     cached_ += bytes;
     free_.emplace(bytes, std::move(b));
   }
@@ -114,9 +121,21 @@ class tensor {
   /// Uploads a host tensor (any strides; copied element by element into contiguous storage).
   explicit tensor(const host_tensor& host) {
     allocate(host.extents());
+    upload(host);
+  }
+
+  /// Copies a host tensor of the same extents into this tensor's storage (which stays where it
+  /// is: a CUDA graph recorded with this tensor reads the new values when it replays).
+  void upload(const host_tensor& host, std::source_location loc = std::source_location::current()) {
+    if (!(host.extents() == view_.shape))
+      throw shape_error("cuda::tensor::upload: host tensor " + to_string(host.extents()) + " into device tensor " +
+                            to_string(view_.shape),
+                        loc);
     std::vector<T> staged(host.size());
     for (std::size_t i = 0; i < staged.size(); ++i) staged[i] = convert(host.flat(i));
-    copy_to_device(buffer_->get(), staged.data(), staged.size() * sizeof(T));
+    // From pageable memory the call returns once `staged` is copied out, so it may go at once;
+    // on the work stream, so calls queued before this one still read the old values.
+    copy_to_device_async(buffer_->get(), staged.data(), staged.size() * sizeof(T), work_stream().get());
   }
 
   tensor(tensor&&) noexcept = default;
@@ -130,11 +149,13 @@ class tensor {
   }
   ~tensor() { block_cache::instance().give(std::move(buffer_)); }
 
-  /// Downloads into a new host tensor (waits for the copy).
+  /// Downloads into a new host tensor; waits for the work queued before (the calls that wrote
+  /// this tensor) and for the copy.
   host_tensor to_host() const {
     host_tensor h(view_.shape);
     std::vector<T> staged(size());
-    copy_to_host(staged.data(), buffer_->get(), staged.size() * sizeof(T));
+    copy_to_host_async(staged.data(), buffer_->get(), staged.size() * sizeof(T), work_stream().get());
+    work_stream().sync();
     for (std::size_t i = 0; i < staged.size(); ++i) h.flat(i) = back(staged[i]);
     return h;
   }

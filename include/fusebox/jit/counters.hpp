@@ -46,6 +46,9 @@ struct counter_snapshot {
   std::uint64_t disk_misses = 0;      // absent, or rejected (corrupt, wrong key)
   std::uint64_t disk_stores = 0;
   std::uint64_t evictions = 0;        // disk entries removed to respect the size cap
+  std::uint64_t graph_captures = 0;   // CUDA graphs recorded (reduce_overhead)
+  std::uint64_t graph_updates = 0;    // of those, written over an existing graph (cuGraphExecUpdate)
+  std::uint64_t graph_replays = 0;    // calls that replayed a recorded graph as it was
   double compile_seconds = 0;
   std::uint64_t recompile_reasons_dropped = 0;  // reasons older than the kept window
   std::vector<std::string> recompile_reasons;   // oldest first
@@ -66,6 +69,9 @@ class counter_set {
   std::atomic<std::uint64_t> disk_misses{0};
   std::atomic<std::uint64_t> disk_stores{0};
   std::atomic<std::uint64_t> evictions{0};
+  std::atomic<std::uint64_t> graph_captures{0};
+  std::atomic<std::uint64_t> graph_updates{0};
+  std::atomic<std::uint64_t> graph_replays{0};
 
   void add_compile_seconds(double seconds) noexcept {
     compile_nanoseconds_.fetch_add(static_cast<std::uint64_t>(seconds * 1e9),
@@ -103,6 +109,9 @@ class counter_set {
     s.disk_misses = disk_misses.load(std::memory_order_relaxed);
     s.disk_stores = disk_stores.load(std::memory_order_relaxed);
     s.evictions = evictions.load(std::memory_order_relaxed);
+    s.graph_captures = graph_captures.load(std::memory_order_relaxed);
+    s.graph_updates = graph_updates.load(std::memory_order_relaxed);
+    s.graph_replays = graph_replays.load(std::memory_order_relaxed);
     s.compile_seconds = compile_seconds();
     std::lock_guard lock(mutex_);
     s.recompile_reasons_dropped = dropped_;
@@ -113,7 +122,7 @@ class counter_set {
   /// Zeroes everything (fusebox::reset() and tests).
   void reset() {
     for (auto* c : {&hits, &misses, &compiles, &kernels_compiled, &compile_failures, &recompiles, &disk_hits,
-                    &disk_misses, &disk_stores, &evictions})
+                    &disk_misses, &disk_stores, &evictions, &graph_captures, &graph_updates, &graph_replays})
       c->store(0, std::memory_order_relaxed);
     compile_nanoseconds_.store(0, std::memory_order_relaxed);
     std::lock_guard lock(mutex_);

@@ -9,7 +9,7 @@
 // threads that each walks about four 16-byte chunks of the row per pass; column reductions one
 // thread per column. The vector entry (16-byte accesses) runs when every unit-stride operand is
 // 16-byte aligned with row strides in whole vectors and the row length is too; else the scalar one.
-// Depends on: jit/{program,cuda_store,codegen_cuda}.hpp, cuda/{cublaslt,memory,module}.hpp.
+// Depends on: jit/{program,cuda_store,codegen_cuda,cuda_graphs}.hpp, cuda/{cublaslt,memory,module}.hpp.
 #pragma once
 
 #include <array>
@@ -24,20 +24,33 @@
 #include "fusebox/cuda/memory.hpp"
 #include "fusebox/cuda/module.hpp"
 #include "fusebox/jit/codegen_cuda.hpp"
+#include "fusebox/jit/cuda_graphs.hpp"
 #include "fusebox/jit/cuda_store.hpp"
 #include "fusebox/jit/program.hpp"
 #include "fusebox/profile.hpp"
 
 namespace fusebox::jit {
 
-/// Per compiled function: the stream its calls run on and the device arena they reuse.
+/// Per compiled function: the stream its calls run on, the device arena they reuse, and the
+/// CUDA graphs of `mode::reduce_overhead` (they point into the arena, so they live with it).
+/// Calls run on cuda::work_stream(), shared by every compiled function and tensor copy, so the
+/// arena is reused only after the previous call's kernels (stream order) and results are read
+/// after the call that wrote them. cuBLASLt's workspace for that stream is never released here:
+/// other functions' graphs point into it.
 struct cuda_runtime {
-  cuda::stream stream;
+  cuda::stream& stream = cuda::work_stream();
   cuda::device_buffer arena;
+  cuda_graph_cache graphs;
+  bool lt_ready = false;  // cuBLASLt's handle and the stream's workspace exist (needed before a capture)
   cuda_runtime() = default;
   cuda_runtime(const cuda_runtime&) = delete;
   cuda_runtime& operator=(const cuda_runtime&) = delete;
-  ~cuda_runtime() { cuda::lt_release(stream.get()); }  // cuBLASLt keeps a workspace per stream
+  ~cuda_runtime() {
+    try {
+      stream.sync();  // queued calls may still use the arena
+    } catch (...) {
+    }
+  }
 };
 
 template <class T, std::size_t N>
@@ -51,13 +64,61 @@ struct cuda_program {
   std::shared_ptr<cuda::module> module;
   std::string key;
 
-  /// One call on rt.stream (asynchronous: the caller synchronises when it reads results). `f`
+  /// One call queued on rt.stream (the caller's reads wait for it: cuda::tensor::to_host). `f`
   /// has inputs and outputs bound to device memory; `concrete` holds the call's node shapes.
   void run(cpu::frame<T, N>& f, const std::array<ir::node, N>& concrete, cuda_runtime& rt) const {
-    const cuda::device_info& dev = cuda::current_device();
     plan::plan_t<N> p = plan;
+    bind(f, p, concrete, rt);
+    enqueue(f, p, concrete, rt.stream.get());
+  }
+
+  /// The same call replayed from a CUDA graph (mode::reduce_overhead), recorded on a miss.
+  void run_graph(cpu::frame<T, N>& f, const std::array<ir::node, N>& concrete, const std::vector<dims>& extents,
+                 cuda_runtime& rt) const {
+    graph_key key = key_for(f, extents);  // before bind: only what the caller passed is bound yet
+    plan::plan_t<N> p = plan;
+    if (bind(f, p, concrete, rt)) rt.graphs.clear();  // the arena moved: every graph points into the old one
+    key.binding.push_back(rt.arena.get());
+    if (!rt.lt_ready) {
+      cuda::lt_prepare(rt.stream.get());  // allocating during a capture is not allowed
+      rt.lt_ready = true;
+    }
+    rt.graphs.run(key, rt.stream.get(), [&] { enqueue(f, p, concrete, rt.stream.get()); }, "compiled function (CUDA)");
+  }
+
+  /// What a recorded call depends on (jit/cuda_graphs.hpp): this specialisation and the call's
+  /// extents; the addresses the caller bound (inputs, outputs, copy targets) and scalar values.
+  graph_key key_for(const cpu::frame<T, N>& f, const std::vector<dims>& extents) const {
+    graph_key key;
+    key.shape.push_back(reinterpret_cast<std::uintptr_t>(this));
+    for (const dims& d : extents) {
+      key.shape.push_back(d.rank);
+      for (std::size_t i = 0; i < d.rank; ++i) key.shape.push_back(d.extent[i]);
+    }
+    for (std::size_t i = 0; i < N; ++i) {
+      if (f.loc[i].data) key.binding.insert(key.binding.end(), {i, reinterpret_cast<std::uintptr_t>(f.loc[i].data)});
+      if (f.copy_to[i].data)
+        key.binding.insert(key.binding.end(), {i + N, reinterpret_cast<std::uintptr_t>(f.copy_to[i].data)});
+      if (nodes[i].desc.kind == node_kind::scalar) {
+        const float v = static_cast<float>(static_cast<const scalar_leaf<T>*>(f.payload[nodes[i].payload_slot])->value);
+        std::uint32_t bits;
+        std::memcpy(&bits, &v, sizeof bits);
+        key.binding.insert(key.binding.end(), {i + 2 * N, bits});
+      }
+    }
+    return key;
+  }
+
+ private:
+  using host = program<T, N>;
+
+  /// Lays out the device arena for the call's extents and binds every node's device memory in
+  /// `f`; true when the arena had to grow (it moved).
+  bool bind(cpu::frame<T, N>& f, plan::plan_t<N>& p, const std::array<ir::node, N>& concrete, cuda_runtime& rt) const {
     plan::assign_arena(p, concrete, sizeof(T));
     // 256-byte aligned offsets: cuBLASLt and the 16-byte vector entries rely on it.
+    const cuda::CUdeviceptr before = rt.arena.get();
+    if (p.arena_bytes + 256 > rt.arena.size()) rt.stream.sync();  // growing frees the arena queued calls use
     rt.arena.ensure(p.arena_bytes + 256);
     const cuda::CUdeviceptr base = (rt.arena.get() + 255) / 256 * 256;
     for (std::size_t i = 0; i < N; ++i)
@@ -68,16 +129,23 @@ struct cuda_program {
       if (p.kernels[k].kind == plan::kernel_kind::matmul && p.kernels[k].group >= 0)
         f.loc[p.kernels[k].node] = f.loc[host::epilogue_output_of(p, p.kernels[k].group)];
     host::bind_views(nodes, f, concrete);
+    return rt.arena.get() != before;
+  }
+
+  /// Queues the call's kernels, matmuls and copies on `on`, in plan order.
+  void enqueue(const cpu::frame<T, N>& f, const plan::plan_t<N>& p, const std::array<ir::node, N>& concrete,
+               cuda::CUstream on) const {
+    const cuda::device_info& dev = cuda::current_device();
     for (int k = 0; k < p.n_kernels; ++k) {
       const plan::kernel& kn = p.kernels[k];
       switch (kn.kind) {
         case plan::kernel_kind::rows:
-        case plan::kernel_kind::reduce_cols: launch(f, p, concrete, k, kn, dev, rt.stream.get()); break;
+        case plan::kernel_kind::reduce_cols: launch(f, p, concrete, k, kn, dev, on); break;
         case plan::kernel_kind::matmul:
-          run_matmul(f, concrete, kn, rt.stream.get());
-          if (kn.group >= 0) launch(f, p, concrete, k, kn, dev, rt.stream.get());
+          run_matmul(f, concrete, kn, on);
+          if (kn.group >= 0) launch(f, p, concrete, k, kn, dev, on);
           break;
-        case plan::kernel_kind::copy: copy(f.loc[kn.node], f.copy_to[kn.node], rt.stream.get()); break;
+        case plan::kernel_kind::copy: copy(f.loc[kn.node], f.copy_to[kn.node], on); break;
         case plan::kernel_kind::opaque:
           throw invalid_argument("fusebox: a graph break (opaque user function or item()) in a model compiled for "
                                  "the CUDA backend; the CUDA backend runs whole graphs only");
@@ -85,8 +153,6 @@ struct cuda_program {
     }
   }
 
- private:
-  using host = program<T, N>;
 
   /// Packs kernel k's parameter block (cuda_args_layout) for this call.
   std::vector<unsigned char> pack(const cpu::frame<T, N>& f, const plan::plan_t<N>& p,

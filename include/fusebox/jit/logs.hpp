@@ -2,7 +2,7 @@
 // recompile says why).
 //
 // Categories are bit flags: recompiles, guards, graph_breaks, kernels, cache, output_code,
-// autotune. They are read once from the environment (`FUSEBOX_LOGS=recompiles,cache`; also
+// autotune, cudagraphs. They are read once from the environment (`FUSEBOX_LOGS=recompiles,cache`; also
 // `all`; an unknown name warns once and is ignored) and can be replaced from code with
 // `fusebox::set_logs("recompiles,cache")`. `log(category, message)` writes each line of the
 // message to stderr as `[fusebox:<category>] <line>`, one line per write under a lock, so lines
@@ -33,6 +33,7 @@ enum class log_category : std::uint32_t {
   cache = 1u << 4,
   output_code = 1u << 5,
   autotune = 1u << 6,
+  cudagraphs = 1u << 7,
 };
 
 namespace detail {
@@ -45,9 +46,9 @@ inline constexpr log_name log_names[] = {
     {log_category::recompiles, "recompiles"}, {log_category::guards, "guards"},
     {log_category::graph_breaks, "graph_breaks"}, {log_category::kernels, "kernels"},
     {log_category::cache, "cache"}, {log_category::output_code, "output_code"},
-    {log_category::autotune, "autotune"},
+    {log_category::autotune, "autotune"}, {log_category::cudagraphs, "cudagraphs"},
 };
-inline constexpr std::uint32_t all_log_bits = (1u << 7) - 1;
+inline constexpr std::uint32_t all_log_bits = (1u << 8) - 1;
 
 inline void write_stderr_line(std::string_view line) {
   std::fwrite(line.data(), 1, line.size(), stderr);
@@ -67,7 +68,7 @@ struct log_state {
       if (!warned.emplace(name).second) return;
       line = "[fusebox] warning: FUSEBOX_LOGS: unknown category '" + std::string(name) +
              "' ignored (known: recompiles, guards, graph_breaks, kernels, cache, output_code, "
-             "autotune, all)\n";
+             "autotune, cudagraphs, all)\n";
     }
     emit(line);
   }
