@@ -99,7 +99,7 @@ struct cuda_program {
       if (f.loc[i].data) key.binding.insert(key.binding.end(), {i, reinterpret_cast<std::uintptr_t>(f.loc[i].data)});
       if (f.copy_to[i].data)
         key.binding.insert(key.binding.end(), {i + N, reinterpret_cast<std::uintptr_t>(f.copy_to[i].data)});
-      if (nodes[i].desc.kind == node_kind::scalar) {
+      if (nodes[i].desc.kind == node_kind::scalar && nodes[i].payload_slot >= 0) {  // not a padding node
         const float v = static_cast<float>(static_cast<const scalar_leaf<T>*>(f.payload[nodes[i].payload_slot])->value);
         std::uint32_t bits;
         std::memcpy(&bits, &v, sizeof bits);
