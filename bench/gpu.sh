@@ -59,7 +59,7 @@ fi
 tail -14 "$out/fusebox.jsonl"
 if [ $torch = 1 ]; then
   step torch_reference env PYTHONUNBUFFERED=1 python3 "$root/bench/peers/torch_reference.py" $quick ${TORCH_ARGS:-} \
-    --workloads "${TORCH_WORKLOADS:-W1,W2,W3_b1_f32,W3_b32_f32,W3_b256_f32}" --json-out "$out/torch.jsonl" \
+    --workloads "${TORCH_WORKLOADS:-W1,W2,W3_b1_f32,W3_b32_f32,W3_b256_f32,W3_b1_bf16,W3_b32_bf16,W3_b256_bf16}" --json-out "$out/torch.jsonl" \
     >"$out/torch.log" 2>&1
   tail -5 "$out/torch.log"
 fi

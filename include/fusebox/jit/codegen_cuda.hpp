@@ -238,17 +238,25 @@ class cuda_codegen {
     if (nd.desc.kind == node_kind::scalar) return b.let("a.scalar[" + L(g) + "]");
     if (member(g)) {
       if (nd.desc.kind == node_kind::reduce || p_.row_constant[g]) return b.let("rs[" + L(g) + "]");
+      if (value_cached_.count(g)) return b.let("c" + L(g) + "[kk][v]");
       std::vector<std::string> args;
       for (int q = 0; q < nd.n_inputs; ++q) args.push_back(value(b, nd.inputs[q], pre));
       std::string call = op_function(nd) + "(";
       for (std::size_t i = 0; i < args.size(); ++i) call += (i ? ", " : "") + args[i];
-      return b.let(call + ")");
+      const std::string t = b.let(call + ")");
+      if (value_cache_.count(g)) {
+        b.statement("c" + L(g) + "[kk][v] = " + t + ";");
+        value_stored_.insert(g);
+      }
+      return t;
     }
     const std::string p = ptr(g);
     if (nd.desc.shape.rank == 0 || nd.desc.shape.back(0) == 1) return b.let("fb_to_float(*" + p + ")");
-    if (unit_inner_[g] && row_cache_) {
+    if (unit_inner_[g] && row_cache_ && varies_by_row(nd)) {
       // Row kernels with a known row length keep each operand's slice of the row in registers,
-      // loaded once per row: every pass reads them there instead of from memory.
+      // loaded once per row: every pass reads them there instead of from memory. An operand
+      // that is the same for every row (layer_norm's gamma, a bias) is read where it is used:
+      // it stays in L1, and registers go to the next row's prefetch instead.
       unit_.insert(g);
       row_cached_.insert(g);
       return b.let("x" + L(g) + "[kk][v]");
@@ -402,6 +410,31 @@ class cuda_codegen {
     s += indent(pre.text, "          ") + "#pragma unroll\n          for (int v = 0; v < VEC; ++v) {\n" + b.text("            ") +
          "            acc = " + op + "::combine(acc, " + v + ");\n          }\n        }\n";
     s += "        rs[" + L(r_id) + "] = " + op + "::finalize(fb_block_reduce<" + op + ">(acc, fb_red), W);\n      }\n";
+    value_cached_.merge(value_stored_);  // stored by this pass: later bodies read them
+    return s;
+  }
+
+  /// Row cache: which values a reduction pass keeps in registers for later passes. A pass's
+  /// input that something else in the kernel also consumes (softmax's exp(x - max) feeds the sum
+  /// and the division; its quotient feeds layer_norm's mean and the centring) is computed once
+  /// per element and kept, instead of recomputed in every later pass: W2's exp ran four times
+  /// per element and its division three, about as much time as the kernel's memory traffic.
+  void plan_value_cache() {
+    if (!row_cache_) return;
+    for (std::size_t r = 0; r < N; ++r) {
+      if (!member(static_cast<int>(r)) || nodes_[r].desc.kind != node_kind::reduce) continue;
+      const int in = nodes_[r].inputs[0];
+      if (!member(in) || nodes_[in].desc.kind != node_kind::pointwise || p_.row_constant[in]) continue;
+      int consumers = 0;
+      for (std::size_t h = 0; h < N; ++h)
+        if (member(static_cast<int>(h)))
+          for (int q = 0; q < nodes_[h].n_inputs; ++q) consumers += nodes_[h].inputs[q] == in;
+      if (consumers > 1) value_cache_.insert(in);
+    }
+  }
+  std::string value_cache_decl() {
+    std::string s;
+    for (int g : value_cache_) s += "    float c" + L(g) + "[FB_K][VEC];\n";
     return s;
   }
 
@@ -431,19 +464,52 @@ class cuda_codegen {
            "FB_BLOCK + threadIdx.x) * VEC; j < W)";
   }
 
-  /// Row cache: each operand's slice of the row, loaded once per row.
-  std::string row_loads() {
-    if (!row_cache_) return "";
+  /// Whether an operand differs from row to row (some extent other than 1 before its last).
+  static bool varies_by_row(const ir::node& nd) {
+    for (std::size_t d = 0; d + 1 < nd.desc.shape.rank; ++d)
+      if (nd.desc.shape.extent[d] != 1) return true;
+    return false;
+  }
+
+  /// Row cache: each cached operand's slice of the row into registers `<prefix><local>`, with
+  /// the row pointers in scope.
+  std::string row_loads(const std::string& prefix, const std::string& in) {
     std::string s;
     for (int g : row_cached_)
-      s += "    float x" + L(g) + "[FB_K][VEC];\n#pragma unroll\n    for (unsigned long long kk = 0; kk < FB_K; ++kk) {\n"
-           "      const unsigned long long j = (kk * FB_BLOCK + threadIdx.x) * VEC;\n      if (j < W) fb_load<VEC>(" +
-           ptr(g) + " + j, x" + L(g) + "[kk]);\n    }\n";
+      s += in + "#pragma unroll\n" + in + "for (unsigned long long kk = 0; kk < FB_K; ++kk) {\n" + in +
+           "  const unsigned long long j = (kk * FB_BLOCK + threadIdx.x) * VEC;\n" + in + "  if (j < W) fb_load<VEC>(" +
+           ptr(g) + " + j, " + prefix + L(g) + "[kk]);\n" + in + "}\n";
     return s;
+  }
+  std::string row_cache_decl(const std::string& prefix, const std::string& in) {
+    std::string s;
+    for (int g : row_cached_) s += in + "float " + prefix + L(g) + "[FB_K][VEC];\n";
+    return s;
+  }
+
+  /// Row cache, software-pipelined: a block loads the next row it will process (r + gridDim.x)
+  /// into a second set of registers before working on this one, so its loads are in flight
+  /// during this row's reductions (without it the memory pipe idles while a block reduces:
+  /// W2 ran at 44% of the copy bandwidth).
+  std::string row_prefetch_first() {
+    if (!row_cache_) return "";
+    return row_cache_decl("n", "  ") + "  if (blockIdx.x < rows) {\n    const unsigned long long r = blockIdx.x;\n" +
+           coordinates("r", "    ") + pointers("    ") + row_loads("n", "    ") + "  }\n";
+  }
+  std::string row_prefetch_next() {
+    if (!row_cache_) return "";
+    std::string s = row_cache_decl("x", "    ");
+    for (int g : row_cached_)
+      s += "#pragma unroll\n    for (int kk = 0; kk < FB_K; ++kk)\n#pragma unroll\n      for (int v = 0; v < VEC; ++v) x" +
+           L(g) + "[kk][v] = n" + L(g) + "[kk][v];\n";
+    return s + "    if (r + gridDim.x < rows) {\n      const unsigned long long r_next = r + gridDim.x;\n      {\n" +
+           "        const unsigned long long r = r_next;\n" + coordinates("r", "        ") + pointers("        ") +
+           row_loads("n", "        ") + "      }\n    }\n";
   }
 
   /// Rows with reduction passes: one block per row.
   std::string row_blocks() {
+    plan_value_cache();
     std::string steps;
     for (std::size_t g = 0; g < N; ++g) {
       if (!member(static_cast<int>(g))) continue;
@@ -459,9 +525,10 @@ class cuda_codegen {
     if (row_cache_)
       s += "  constexpr unsigned long long FB_BLOCK = " + std::to_string(block_threads_) +
            ", FB_K = (" + std::to_string(k_.space.back(0)) + "ull + VEC * FB_BLOCK - 1) / (VEC * FB_BLOCK);\n";
+    s += row_prefetch_first();
     s += "  for (unsigned long long r = blockIdx.x; r < rows; r += gridDim.x) {\n" + coordinates("r", "    ") +
          pointers("    ");
-    s += "    float rs[" + std::to_string(locals_.size() + 1) + "];\n    (void)rs;\n" + row_loads() + steps;
+    s += "    float rs[" + std::to_string(locals_.size() + 1) + "];\n    (void)rs;\n" + row_prefetch_next() + value_cache_decl() + steps;
     if (any)
       s += "    " + row_loop_head() + " {\n" + indent(pre.text + outs_decl_, "      ") +
            "#pragma unroll\n      for (int v = 0; v < VEC; ++v) {\n" + indent(out, "      ") + "      }\n" +
@@ -532,6 +599,7 @@ class cuda_codegen {
   std::array<std::string, N> pointer_decl_{};
   std::vector<int> pointer_order_;
   std::set<int> unit_, row_cached_;
+  std::set<int> value_cache_, value_stored_, value_cached_;  // values kept in registers; stored by this pass; by earlier ones
   bool row_cache_ = false;
   unsigned block_threads_ = 0;
   std::set<std::string> defined_;
