@@ -79,14 +79,18 @@ template <> __device__ __forceinline__ fb_f16 fb_from_float<fb_f16>(float x) {
   unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x)); return fb_f16{h};
 }
 struct __align__(16) fb_vec16 { unsigned int w[4]; };
-/// VEC consecutive elements at p as floats: one 16-byte load when VEC * sizeof(T) == 16.
+/// VEC consecutive elements at p as floats: 16-byte loads when VEC * sizeof(T) is a multiple of 16.
 template <int VEC, class T>
 __device__ __forceinline__ void fb_load(const T* p, float (&out)[VEC]) {
-  if constexpr (VEC * sizeof(T) == 16) {
-    const fb_vec16 v = *reinterpret_cast<const fb_vec16*>(p);
-    const T* e = reinterpret_cast<const T*>(&v);
+  if constexpr (VEC * sizeof(T) % 16 == 0) {
+    constexpr int per = 16 / sizeof(T);
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) out[i] = fb_to_float(e[i]);
+    for (int c = 0; c < VEC / per; ++c) {
+      const fb_vec16 v = *reinterpret_cast<const fb_vec16*>(p + c * per);
+      const T* e = reinterpret_cast<const T*>(&v);
+#pragma unroll
+      for (int i = 0; i < per; ++i) out[c * per + i] = fb_to_float(e[i]);
+    }
   } else {
 #pragma unroll
     for (int i = 0; i < VEC; ++i) out[i] = fb_to_float(p[i]);
@@ -94,12 +98,16 @@ __device__ __forceinline__ void fb_load(const T* p, float (&out)[VEC]) {
 }
 template <int VEC, class T>
 __device__ __forceinline__ void fb_store(T* p, const float (&in)[VEC]) {
-  if constexpr (VEC * sizeof(T) == 16) {
-    fb_vec16 v;
-    T* e = reinterpret_cast<T*>(&v);
+  if constexpr (VEC * sizeof(T) % 16 == 0) {
+    constexpr int per = 16 / sizeof(T);
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) e[i] = fb_from_float<T>(in[i]);
-    *reinterpret_cast<fb_vec16*>(p) = v;
+    for (int c = 0; c < VEC / per; ++c) {
+      fb_vec16 v;
+      T* e = reinterpret_cast<T*>(&v);
+#pragma unroll
+      for (int i = 0; i < per; ++i) e[i] = fb_from_float<T>(in[c * per + i]);
+      *reinterpret_cast<fb_vec16*>(p + c * per) = v;
+    }
   } else {
 #pragma unroll
     for (int i = 0; i < VEC; ++i) p[i] = fb_from_float<T>(in[i]);
@@ -361,8 +369,13 @@ class cuda_codegen {
     return s;
   }
 
+  /// Three entries: `_w` (elementwise kernels: 32 bytes a thread, two 16-byte accesses in flight
+  /// per operand; other kinds: the same as the vector entry), the vector entry (16 bytes), `_v1`.
   std::string entry_points() const {
-    return "extern \"C\" __global__ void fusebox_kernel(const fb_args a) { fb_body<" + std::to_string(16 / size_of(t_)) +
+    const std::size_t vec = 16 / size_of(t_);
+    const bool wide = k_.kind == plan::kernel_kind::matmul || (k_.kind == plan::kernel_kind::rows && k_.passes == 0);
+    return "extern \"C\" __global__ void fusebox_kernel_w(const fb_args a) { fb_body<" + std::to_string(wide ? 2 * vec : vec) +
+           ">(a); }\nextern \"C\" __global__ void fusebox_kernel(const fb_args a) { fb_body<" + std::to_string(vec) +
            ">(a); }\nextern \"C\" __global__ void fusebox_kernel_v1(const fb_args a) { fb_body<1>(a); }\n";
   }
 
@@ -583,7 +596,8 @@ class cuda_codegen {
     s += indent(pre.text, "      ") + b.text("      ") + "      acc = " + op + "::combine(acc, " + v + ");\n";
     s += "      out = " + po + " + static_cast<long long>(j) * " + inner_stride(r_id) + ";\n    }\n";
     s += "    *out = fb_from_float<T>(" + op + "::finalize(acc, " + ea + "));\n  }\n}\n";
-    s += "extern \"C\" __global__ void fusebox_kernel(const fb_args a) { fb_body<1>(a); }\n"
+    s += "extern \"C\" __global__ void fusebox_kernel_w(const fb_args a) { fb_body<1>(a); }\n"
+         "extern \"C\" __global__ void fusebox_kernel(const fb_args a) { fb_body<1>(a); }\n"
          "extern \"C\" __global__ void fusebox_kernel_v1(const fb_args a) { fb_body<1>(a); }\n";
     summary_ = std::string("column ") + rn.desc.name + " over " + to_string(k_.space) + ", thread per column";
     return s;

@@ -60,7 +60,7 @@ struct cuda_program {
   std::array<bool, N> unit_inner{};
   dtype storage = dtype::f32;
   std::array<rendered_cuda_kernel, N + 1> kernels{};  ///< generated kernels (others empty)
-  std::array<cuda::CUfunction, N + 1> vector_entry{}, scalar_entry{};
+  std::array<cuda::CUfunction, N + 1> wide_entry{}, vector_entry{}, scalar_entry{};
   std::shared_ptr<cuda::module> module;
   std::string key;
 
@@ -210,7 +210,9 @@ struct cuda_program {
     const rendered_cuda_kernel& rk = kernels[k];
     const std::size_t vec = 16 / size_of(storage);
     const bool vector = kn.kind != plan::kernel_kind::reduce_cols && vector_ok(f, k, space, vec);
-    const std::size_t v = vector ? vec : 1;
+    // Elementwise kernels take 32 bytes a thread where rows allow (two loads in flight per operand).
+    const bool wide = vector && !rk.block_per_row && vector_ok(f, k, space, 2 * vec);
+    const std::size_t v = wide ? 2 * vec : vector ? vec : 1;
     const std::size_t width = space.back(0), rows = space.size() / std::max<std::size_t>(width, 1);
     const std::size_t max_blocks = static_cast<std::size_t>(dev.sm_count) * 32;
     cuda::dim3 grid, block;
@@ -229,7 +231,7 @@ struct cuda_program {
       grid.x = static_cast<unsigned>(std::max<std::size_t>(1, std::min((total + 255) / 256, max_blocks)));
     }
     profile::scoped_span span(rk.summary, "kernel");
-    cuda::launch(vector ? vector_entry[k] : scalar_entry[k], grid, block, 0, on, args, rk.summary);
+    cuda::launch(wide ? wide_entry[k] : vector ? vector_entry[k] : scalar_entry[k], grid, block, 0, on, args, rk.summary);
   }
 
   static cuda::lt_type lt_type_of(dtype t) {

@@ -57,9 +57,9 @@ inline cuda_unit make_cuda_unit(const std::vector<rendered_cuda_kernel>& kernels
     // Entry points keep C linkage (unmangled names for cuModuleGetFunction) and so must be unique
     // in the unit; everything else lives in the kernel's namespace.
     std::string src = k.source;
-    for (const std::string from : {"fusebox_kernel_v1(", "fusebox_kernel("}) {
-      const std::string to = name + (from == "fusebox_kernel_v1(" ? "_v1(" : "(");
-      if (auto at = src.find(from); at != std::string::npos) src.replace(at, from.size(), to);
+    for (const auto& [from, suffix] : {std::pair<std::string, std::string>{"fusebox_kernel_w(", "_w("},
+                                        {"fusebox_kernel_v1(", "_v1("}, {"fusebox_kernel(", "("}}) {
+      if (auto at = src.find(from); at != std::string::npos) src.replace(at, from.size(), name + suffix);
     }
     u.source += "namespace " + name + " {\n" + src + "}  // namespace " + name + "\n";
   }
@@ -67,10 +67,10 @@ inline cuda_unit make_cuda_unit(const std::vector<rendered_cuda_kernel>& kernels
   return u;
 }
 
-/// A loaded program unit: the module and, per kernel, its two functions.
+/// A loaded program unit: the module and, per kernel, its three functions.
 struct cuda_binary {
   std::shared_ptr<cuda::module> module;
-  std::vector<cuda::CUfunction> vector_entry, scalar_entry;
+  std::vector<cuda::CUfunction> wide_entry, vector_entry, scalar_entry;
 };
 
 class cuda_store {
@@ -144,6 +144,7 @@ class cuda_store {
     cuda_binary b;
     b.module = *mod;
     for (const auto& e : unit.entry) {
+      b.wide_entry.push_back(b.module->function(e + "_w"));
       b.vector_entry.push_back(b.module->function(e));
       b.scalar_entry.push_back(b.module->function(e + "_v1"));
     }

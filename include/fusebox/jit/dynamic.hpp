@@ -276,6 +276,7 @@ class dynamic_function {
       }
       for (std::size_t i = 0; i < which.size(); ++i) {
         p->kernels[which[i]] = rs[i];
+        p->wide_entry[which[i]] = bin.wide_entry[i];
         p->vector_entry[which[i]] = bin.vector_entry[i];
         p->scalar_entry[which[i]] = bin.scalar_entry[i];
       }
