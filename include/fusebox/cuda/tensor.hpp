@@ -131,8 +131,18 @@ class tensor {
       throw shape_error("cuda::tensor::upload: host tensor " + to_string(host.extents()) + " into device tensor " +
                             to_string(view_.shape),
                         loc);
-    std::vector<T> staged(host.size());
-    for (std::size_t i = 0; i < staged.size(); ++i) staged[i] = convert(host.flat(i));
+    const std::size_t n = host.size();
+    if constexpr (std::is_same_v<T, float>) {
+      if (host.contiguous()) {  // straight from the host tensor: no staging, no per-element indexing
+        copy_to_device_async(buffer_->get(), host.data(), n * sizeof(T), work_stream().get());
+        return;
+      }
+    }
+    std::vector<T> staged(n);
+    if (host.contiguous())
+      for (std::size_t i = 0; i < n; ++i) staged[i] = convert(host.data()[i]);
+    else
+      for (std::size_t i = 0; i < n; ++i) staged[i] = convert(host.flat(i));
     // From pageable memory the call returns once `staged` is copied out, so it may go at once;
     // on the work stream, so calls queued before this one still read the old values.
     copy_to_device_async(buffer_->get(), staged.data(), staged.size() * sizeof(T), work_stream().get());
@@ -152,11 +162,16 @@ class tensor {
   /// Downloads into a new host tensor; waits for the work queued before (the calls that wrote
   /// this tensor) and for the copy.
   host_tensor to_host() const {
-    host_tensor h(view_.shape);
-    std::vector<T> staged(size());
-    copy_to_host_async(staged.data(), buffer_->get(), staged.size() * sizeof(T), work_stream().get());
-    work_stream().sync();
-    for (std::size_t i = 0; i < staged.size(); ++i) h.flat(i) = back(staged[i]);
+    host_tensor h(view_.shape);  // contiguous
+    if constexpr (std::is_same_v<T, float>) {
+      copy_to_host_async(h.data(), buffer_->get(), size() * sizeof(T), work_stream().get());
+      work_stream().sync();
+    } else {
+      std::vector<T> staged(size());
+      copy_to_host_async(staged.data(), buffer_->get(), staged.size() * sizeof(T), work_stream().get());
+      work_stream().sync();
+      for (std::size_t i = 0; i < staged.size(); ++i) h.data()[i] = back(staged[i]);
+    }
     return h;
   }
 
