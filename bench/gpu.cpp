@@ -7,7 +7,8 @@
 //   - W1, W2 (kernels): CUDA events on cuda::work_stream() around each call, median per call;
 //   - W3 (host latency): host wall time of N back-to-back calls with one synchronisation after
 //     them, N sized to ~20-50 ms a batch, median over batches of the per-call time; float32 (TF32
-//     off) and bfloat16, batch 1, 32, 256, in mode default and reduce_overhead (CUDA graphs);
+//     off) and bfloat16, batch 1, 32, 256, in mode default, reduce_overhead (CUDA graphs) and
+//     max_autotune (graphs and timed cuBLASLt algorithm choice; compile_s includes the tuning);
 //   - warm start: a fresh process with the disk cache warm and compiles forbidden, from process
 //     start to the first W3 result, split into CUDA's own start, input set-up and the call.
 // compile_s is the first call (NVRTC cold unless the cache directory is warm); max_rel_err is
@@ -252,7 +253,9 @@ struct w3_weights {
 template <class T>
 void run_w3(const limits& lim, fb::mode mode, bool quick) {
   const char* type = std::is_same_v<T, float> ? "f32" : std::is_same_v<T, fb::bfloat16> ? "bf16" : "f16";
-  const char* mode_name = mode == fb::mode::reduce_overhead ? "reduce_overhead" : "default";
+  const char* mode_name = mode == fb::mode::reduce_overhead ? "reduce_overhead"
+                          : mode == fb::mode::max_autotune  ? "max_autotune"
+                                                            : "default";
   const w3_weights<T> w;
   const auto d = w.upload();
   auto fast = fb::compile(w3, fb::options{.mode = mode});
@@ -423,7 +426,7 @@ int main(int argc, char** argv) {
     add(r);
   }
   // W3: MLP, batch 1, 32, 256; float32 (TF32 off) and bfloat16; default and reduce_overhead.
-  for (fb::mode mode : {fb::mode::default_, fb::mode::reduce_overhead}) {
+  for (fb::mode mode : {fb::mode::default_, fb::mode::reduce_overhead, fb::mode::max_autotune}) {
     run_w3<float>(lim, mode, quick);
     run_w3<fb::bfloat16>(lim, mode, quick);
   }

@@ -250,8 +250,10 @@ class compiled {
     if (!cuda_rt_) {
       cuda_rt_ = std::make_unique<jit::cuda_runtime>();
       cuda_rt_->graphs.set_cap(opts_.cudagraph_cap);
+      cuda_rt_->autotune = opts_.mode == mode::max_autotune;
     }
-    if (opts_.mode == mode::reduce_overhead && graph_size_allowed(facts)) prog->run_graph(g, concrete, facts.extents, *cuda_rt_);
+    // max_autotune is reduce_overhead plus tuning, as in torch.compile.
+    if (opts_.mode != mode::default_ && graph_size_allowed(facts)) prog->run_graph(g, concrete, facts.extents, *cuda_rt_);
     else prog->run(g, concrete, *cuda_rt_);
     return detail::unwrap(std::move(outs));
   }

@@ -276,6 +276,35 @@ TEST_CASE("CUDA: reduce_overhead: the graph cap updates graphs in place; scalars
   CHECK_THROWS_WITH(listed(dxs[1], dm, db), Catch::Contains("cudagraph_sizes names argument 3"));
 }
 
+TEST_CASE("CUDA: max_autotune times cuBLASLt's candidates once per problem, then replays graphs", "[cuda][autotune]") {
+  FUSEBOX_REQUIRE_GPU();
+  constexpr std::size_t K = 136, C = 104;  // a problem no other case tunes
+  fb::tensor<float, fb::shape<K, C>> m;
+  fb::tensor<float, fb::shape<C>> b;
+  m.fill_random(51, -0.2f, 0.2f);
+  b.fill_random(52);
+  const fb::cuda::tensor<float, fb::shape<K, C>> dm(m);
+  const fb::cuda::tensor<float, fb::shape<C>> db(b);
+  auto& tuner = fb::jit::lt_tuner::instance();
+  const auto tuned0 = tuner.timed() + tuner.from_disk();
+  auto tuned = fb::compile(mlp, fb::options{.mode = fb::mode::max_autotune});
+  fb::tensor<float, fb::shape<fb::dyn, K>> x(57);
+  x.fill_random(53);
+  const fb::cuda::tensor<float, fb::shape<fb::dyn, K>> dx(x);
+  const auto r = mlp_reference(x, m, b);
+  const auto graphs0 = fb::jit::counters().snapshot().graph_captures;
+  for (int call = 0; call < 3; ++call) {
+    INFO("call " << call);
+    CHECK(worst(tuned(dx, dm, db).to_host(), r) < 1e-4);
+  }
+  CHECK(tuner.timed() + tuner.from_disk() == tuned0 + 1);  // one problem, chosen once
+  CHECK(fb::jit::counters().snapshot().graph_captures > graphs0);  // calls after the first replay graphs
+  // Another function with the same problem takes the choice already made.
+  auto again = fb::compile(mlp, fb::options{.mode = fb::mode::max_autotune});
+  CHECK(worst(again(dx, dm, db).to_host(), r) < 1e-4);
+  CHECK(tuner.timed() + tuner.from_disk() == tuned0 + 1);
+}
+
 TEST_CASE("CUDA: a column reduction, thread per column", "[cuda]") {
   FUSEBOX_REQUIRE_GPU();
   fb::tensor<float, fb::shape<fb::dyn, 300>> x(77);

@@ -9,12 +9,13 @@
 // threads that each walks about four 16-byte chunks of the row per pass; column reductions one
 // thread per column. The vector entry (16-byte accesses) runs when every unit-stride operand is
 // 16-byte aligned with row strides in whole vectors and the row length is too; else the scalar one.
-// Depends on: jit/{program,cuda_store,codegen_cuda,cuda_graphs}.hpp, cuda/{cublaslt,memory,module}.hpp.
+// Depends on: jit/{program,cuda_store,codegen_cuda,cuda_graphs,cuda_autotune}.hpp, cuda/{cublaslt,memory,module}.hpp.
 #pragma once
 
 #include <array>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "fusebox/cuda/memory.hpp"
 #include "fusebox/cuda/module.hpp"
 #include "fusebox/jit/codegen_cuda.hpp"
+#include "fusebox/jit/cuda_autotune.hpp"
 #include "fusebox/jit/cuda_graphs.hpp"
 #include "fusebox/jit/cuda_store.hpp"
 #include "fusebox/jit/program.hpp"
@@ -41,6 +43,8 @@ struct cuda_runtime {
   cuda::stream& stream = cuda::work_stream();
   cuda::device_buffer arena;
   cuda_graph_cache graphs;
+  bool autotune = false;  // mode::max_autotune: products through lt_tuner
+  std::set<std::vector<std::uint64_t>> tuned;  // shapes (graph_key::shape) whose first call ran outside a graph
   bool lt_ready = false;  // cuBLASLt's handle and the stream's workspace exist (needed before a capture)
   cuda_runtime() = default;
   cuda_runtime(const cuda_runtime&) = delete;
@@ -69,21 +73,28 @@ struct cuda_program {
   void run(cpu::frame<T, N>& f, const std::array<ir::node, N>& concrete, cuda_runtime& rt) const {
     plan::plan_t<N> p = plan;
     bind(f, p, concrete, rt);
-    enqueue(f, p, concrete, rt.stream.get());
+    enqueue(f, p, concrete, rt.stream.get(), rt.autotune);
   }
 
-  /// The same call replayed from a CUDA graph (mode::reduce_overhead), recorded on a miss.
+  /// The same call replayed from a CUDA graph (mode::reduce_overhead and max_autotune), recorded
+  /// on a miss. Under max_autotune a shape's first call runs outside a graph: tuning times
+  /// candidates and synchronises, which a capture forbids.
   void run_graph(cpu::frame<T, N>& f, const std::array<ir::node, N>& concrete, const std::vector<dims>& extents,
                  cuda_runtime& rt) const {
     graph_key key = key_for(f, extents);  // before bind: only what the caller passed is bound yet
     plan::plan_t<N> p = plan;
     if (bind(f, p, concrete, rt)) rt.graphs.clear();  // the arena moved: every graph points into the old one
     key.binding.push_back(rt.arena.get());
+    if (rt.autotune && rt.tuned.insert(key.shape).second) {
+      enqueue(f, p, concrete, rt.stream.get(), true);
+      return;
+    }
     if (!rt.lt_ready) {
       cuda::lt_prepare(rt.stream.get());  // allocating during a capture is not allowed
       rt.lt_ready = true;
     }
-    rt.graphs.run(key, rt.stream.get(), [&] { enqueue(f, p, concrete, rt.stream.get()); }, "compiled function (CUDA)");
+    rt.graphs.run(key, rt.stream.get(), [&] { enqueue(f, p, concrete, rt.stream.get(), rt.autotune); },
+                  "compiled function (CUDA)");
   }
 
   /// What a recorded call depends on (jit/cuda_graphs.hpp): this specialisation and the call's
@@ -132,9 +143,10 @@ struct cuda_program {
     return rt.arena.get() != before;
   }
 
-  /// Queues the call's kernels, matmuls and copies on `on`, in plan order.
+  /// Queues the call's kernels, matmuls and copies on `on`, in plan order; `tune`: products take
+  /// max_autotune's algorithm choice.
   void enqueue(const cpu::frame<T, N>& f, const plan::plan_t<N>& p, const std::array<ir::node, N>& concrete,
-               cuda::CUstream on) const {
+               cuda::CUstream on, bool tune) const {
     const cuda::device_info& dev = cuda::current_device();
     for (int k = 0; k < p.n_kernels; ++k) {
       const plan::kernel& kn = p.kernels[k];
@@ -142,7 +154,7 @@ struct cuda_program {
         case plan::kernel_kind::rows:
         case plan::kernel_kind::reduce_cols: launch(f, p, concrete, k, kn, dev, on); break;
         case plan::kernel_kind::matmul:
-          run_matmul(f, concrete, kn, on);
+          run_matmul(f, concrete, kn, on, tune);
           if (kn.group >= 0) launch(f, p, concrete, k, kn, dev, on);
           break;
         case plan::kernel_kind::copy: copy(f.loc[kn.node], f.copy_to[kn.node], on); break;
@@ -239,7 +251,7 @@ struct cuda_program {
   }
 
   void run_matmul(const cpu::frame<T, N>& f, const std::array<ir::node, N>& concrete, const plan::kernel& kn,
-                  cuda::CUstream on) const {
+                  cuda::CUstream on, bool tune) const {
     const int m = kn.node;
     const strided<T>& A = f.loc[nodes[m].inputs[0]];
     const strided<T>& B = f.loc[nodes[m].inputs[1]];
@@ -267,8 +279,10 @@ struct cuda_program {
       while (align > sizeof(T) && reinterpret_cast<std::uintptr_t>(ptr) % align != 0) align /= 2;
     prob.alignment = align;
     profile::scoped_span span("cuBLASLt matmul", "kernel");
-    cuda::lt_matmul(prob, reinterpret_cast<cuda::CUdeviceptr>(A.data), reinterpret_cast<cuda::CUdeviceptr>(B.data),
-                    reinterpret_cast<cuda::CUdeviceptr>(C.data), 0, on);
+    const auto a = reinterpret_cast<cuda::CUdeviceptr>(A.data), b = reinterpret_cast<cuda::CUdeviceptr>(B.data),
+               c = reinterpret_cast<cuda::CUdeviceptr>(C.data);
+    if (tune) lt_tuner::instance().matmul(prob, a, b, c, on);
+    else cuda::lt_matmul(prob, a, b, c, 0, on);
   }
 
   static void copy(const strided<T>& from, const strided<T>& to, cuda::CUstream on) {

@@ -1,0 +1,119 @@
+// jit/cuda_autotune.hpp: `mode::max_autotune` for the products: per GEMM problem, cuBLASLt's
+// heuristic offers up to `candidates` algorithms (best first by its own model); each is timed on
+// the call's own buffers (2 warm-up runs, then 5 between CUDA events, mean) and the fastest is
+// kept. The heuristic's first choice is what default mode runs, so tuning can only win or tie.
+//
+// Winners persist in the kernel cache directory (a small blob per problem) as the index into the
+// heuristic's list, which is deterministic for one problem, GPU and cuBLASLt version, all in the
+// key: a later process takes the winner from disk and times nothing. Timing synchronises the
+// stream, so it never runs while a stream is being captured: the first call of each shape in
+// max_autotune runs outside a graph (jit/cuda_program.hpp), and the recording after it finds
+// every winner known.
+// Depends on: cuda/{cublaslt,memory}.hpp, jit/{cache_key,disk_cache,logs}.hpp.
+#pragma once
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "fusebox/cuda/cublaslt.hpp"
+#include "fusebox/cuda/memory.hpp"
+#include "fusebox/jit/cache_key.hpp"
+#include "fusebox/jit/disk_cache.hpp"
+#include "fusebox/jit/logs.hpp"
+#include "fusebox/version.hpp"
+
+namespace fusebox::jit {
+
+class lt_tuner {
+ public:
+  static constexpr int candidates = 8;
+
+  static lt_tuner& instance() {
+    static lt_tuner* t = new lt_tuner;  // never destroyed, like cuBLASLt's own state
+    return *t;
+  }
+
+  /// Queues C = A·B for `p` on `on` with the tuned algorithm, tuning it first if `p` is new.
+  void matmul(const cuda::lt_problem& p, cuda::CUdeviceptr a, cuda::CUdeviceptr b, cuda::CUdeviceptr c,
+              cuda::CUstream on) {
+    cuda::lt_matmul(p, a, b, c, 0, on, choose(p, a, b, c, on));
+  }
+
+  /// Problems tuned by timing in this process, and taken from the disk cache (tests, reports).
+  std::size_t timed() const { return timed_; }
+  std::size_t from_disk() const { return from_disk_; }
+
+ private:
+  cuda::lt_algorithm choose(const cuda::lt_problem& p, cuda::CUdeviceptr a, cuda::CUdeviceptr b, cuda::CUdeviceptr c,
+                            cuda::CUstream on) {
+    const std::string problem = cuda::detail::lt_plan_key(p);
+    std::lock_guard lock(mutex_);
+    if (auto it = winners_.find(problem); it != winners_.end()) return it->second;
+    const std::vector<cuda::lt_algorithm> list = cuda::lt_algorithms(p, candidates);
+    if (list.empty()) throw invalid_argument("fusebox: " + cuda::detail::describe(p) + ": cuBLASLt offers no algorithm");
+    const cache_key key = key_for(problem);
+    std::size_t best = 0;
+    if (auto stored = disk_.enabled() ? disk_.lookup_blob(key) : std::nullopt;
+        stored && std::sscanf(stored->c_str(), "%zu", &best) == 1 && best < list.size()) {
+      ++from_disk_;
+      log(log_category::autotune, cuda::detail::describe(p) + ": algorithm #" + std::to_string(best) + " from the cache");
+    } else {
+      best = time_all(p, list, a, b, c, on);
+      ++timed_;
+      if (disk_.enabled()) disk_.store_blob(key, std::to_string(best));
+    }
+    return winners_.emplace(problem, list[best]).first->second;
+  }
+
+  /// Times every candidate; returns the fastest one's index (candidates that fail are skipped).
+  std::size_t time_all(const cuda::lt_problem& p, const std::vector<cuda::lt_algorithm>& list, cuda::CUdeviceptr a,
+                       cuda::CUdeviceptr b, cuda::CUdeviceptr c, cuda::CUstream on) {
+    cuda::event start, stop;
+    std::vector<float> ms(list.size(), -1.0f);
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      try {
+        for (int w = 0; w < 2; ++w) cuda::lt_matmul(p, a, b, c, 0, on, list[i]);
+        start.record(on);
+        for (int r = 0; r < 5; ++r) cuda::lt_matmul(p, a, b, c, 0, on, list[i]);
+        stop.record(on);
+        stop.sync();
+        ms[i] = cuda::elapsed_ms(start, stop) / 5;
+      } catch (const fusebox::error&) {
+        // A candidate this workspace or these pointers cannot run: not a choice.
+      }
+    }
+    std::size_t best = 0;
+    for (std::size_t i = 0; i < ms.size(); ++i)
+      if (ms[i] >= 0 && (ms[best] < 0 || ms[i] < ms[best])) best = i;
+    if (enabled(log_category::autotune)) {
+      std::string line = cuda::detail::describe(p) + ": " + std::to_string(list.size()) + " algorithms timed (ms):";
+      for (float t : ms) line += " " + (t < 0 ? std::string("failed") : std::to_string(t));
+      log(log_category::autotune, line + "; chose #" + std::to_string(best));
+    }
+    return best;
+  }
+
+  static cache_key key_for(const std::string& problem) {
+    const cuda::device_info& dev = cuda::current_device();
+    cache_key key;
+    key.add("fusebox", version_string)
+        .add("what", "cuBLASLt algorithm choice")
+        .add("gpu", dev.name)
+        .add("arch", dev.arch)
+        .add("cublaslt", static_cast<std::uint64_t>(cuda::cublaslt().version))
+        .add("candidates", candidates)
+        .add("problem", problem);
+    return key;
+  }
+
+  std::mutex mutex_;
+  std::map<std::string, cuda::lt_algorithm> winners_;
+  disk_cache disk_;
+  std::size_t timed_ = 0, from_disk_ = 0;
+};
+
+}  // namespace fusebox::jit
