@@ -9,6 +9,7 @@
 // threads that each walks about four 16-byte chunks of the row per pass; column reductions one
 // thread per column. The vector entry (16-byte accesses) runs when every unit-stride operand is
 // 16-byte aligned with row strides in whole vectors and the row length is too; else the scalar one.
+// Elementwise kernels take the wide entry (two vectors a thread) where rows allow twice that.
 // Depends on: jit/{program,cuda_store,codegen_cuda,cuda_graphs,cuda_autotune}.hpp, cuda/{cublaslt,memory,module}.hpp.
 #pragma once
 
