@@ -11,7 +11,8 @@
 //     max_autotune (graphs and timed cuBLASLt algorithm choice; compile_s includes the tuning);
 //   - warm start: a fresh process with the disk cache warm and compiles forbidden, from process
 //     start to the first W3 result, split into CUDA's own start, input set-up and the call.
-// compile_s is the first call (NVRTC cold unless the cache directory is warm); max_rel_err is
+// W1 and W2 also run with options::fast_math (NVRTC --use_fast_math): its error is reported against the
+// same double reference as the faithful mode's. compile_s is the first call (NVRTC cold unless the cache directory is warm); max_rel_err is
 // ||y - r|| / ||r|| against a double reference on sampled rows (bfloat16: from the rounded
 // weights and inputs the model actually sees). Prints JSON lines (BENCHMARKS.md fields) then a table.
 //   bench_gpu [--quick]
@@ -351,7 +352,7 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "bench_gpu: %s (%s, %d SMs)\n", devinfo.name.c_str(), devinfo.arch.c_str(), devinfo.sm_count);
   const limits lim = measure_limits(quick);
 
-  {  // W1: elementwise, x [8192, 8192]
+  for (bool fast_math : {false, true}) {  // W1: elementwise, x [8192, 8192]
     constexpr std::size_t R = 8192, C = 8192;
     fb::tensor<float, fb::shape<fb::dyn, C>> x(R);
     host<C> w, b;
@@ -360,7 +361,7 @@ int main(int argc, char** argv) {
     b.fill_random(3);
     const fb::cuda::tensor<float, fb::shape<fb::dyn, C>> dx(x);
     const dev<C> dw(w), db(b);
-    auto fast = fb::compile(w1);
+    auto fast = fb::compile(w1, fb::options{.fast_math = fast_math});
     const auto t0 = std::chrono::steady_clock::now();
     auto y = fast(dx, dw, db);
     fb::cuda::synchronize();
@@ -374,7 +375,7 @@ int main(int argc, char** argv) {
         ref.push_back(gelu(u) / (1.0 + std::exp(-xv)));
         got.push_back(yh.flat(i * C + j));
       }
-    bench::record r{"W1", "fusebox", "jit"};
+    bench::record r{"W1", "fusebox", fast_math ? "jit_fast_math" : "jit"};
     r.set(t);
     r.bytes = 2.0 * R * C * 4;
     r.floor_us = r.bytes / (lim.gbps * 1e9) * 1e6;
@@ -384,7 +385,7 @@ int main(int argc, char** argv) {
     r.note = fmt("%.0f GB/s (%.0f%% of copy); CUDA events per call", r.gbps, 100 * r.gbps / lim.gbps);
     add(r);
   }
-  {  // W2: softmax + layer_norm, x [16384, 4096]
+  for (bool fast_math : {false, true}) {  // W2: softmax + layer_norm, x [16384, 4096]
     constexpr std::size_t R = 16384, C = 4096;
     fb::tensor<float, fb::shape<fb::dyn, C>> x(R);
     host<C> g, b;
@@ -393,7 +394,7 @@ int main(int argc, char** argv) {
     b.fill_random(6);
     const fb::cuda::tensor<float, fb::shape<fb::dyn, C>> dx(x);
     const dev<C> dg(g), db(b);
-    auto fast = fb::compile(w2);
+    auto fast = fb::compile(w2, fb::options{.fast_math = fast_math});
     const auto t0 = std::chrono::steady_clock::now();
     auto y = fast(dx, dg, db);
     fb::cuda::synchronize();
@@ -415,7 +416,7 @@ int main(int argc, char** argv) {
         got.push_back(yh.flat(i * C + j));
       }
     }
-    bench::record r{"W2", "fusebox", "jit"};
+    bench::record r{"W2", "fusebox", fast_math ? "jit_fast_math" : "jit"};
     r.set(t);
     r.bytes = 2.0 * R * C * 4;
     r.floor_us = r.bytes / (lim.gbps * 1e9) * 1e6;

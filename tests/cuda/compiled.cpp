@@ -305,6 +305,33 @@ TEST_CASE("CUDA: max_autotune times cuBLASLt's candidates once per problem, then
   CHECK(tuner.timed() + tuner.from_disk() == tuned0 + 1);
 }
 
+TEST_CASE("CUDA: fast_math compiles its own kernels (NVRTC --use_fast_math) and stays close to the reference",
+          "[cuda][fast_math]") {
+  FUSEBOX_REQUIRE_GPU();
+  constexpr std::size_t C = 264;
+  fb::tensor<float, fb::shape<fb::dyn, C>> x(45);
+  fb::tensor<float, fb::shape<C>> w, b;
+  x.fill_random(61, -4.0f, 4.0f);
+  w.fill_random(62, 0.5f, 1.5f);
+  b.fill_random(63);
+  const fb::cuda::tensor<float, fb::shape<fb::dyn, C>> dx(x);
+  const fb::cuda::tensor<float, fb::shape<C>> dw(w), db(b);
+  std::vector<double> r(x.size());
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    const double xv = x.flat(i), u = xv * w.flat(i % C) + b.flat(i % C);
+    r[i] = gelu(u) / (1.0 + std::exp(-xv));
+  }
+  auto faithful = fb::compile(w1);
+  auto fast = fb::compile(w1, fb::options{.fast_math = true});
+  CHECK(worst(faithful(dx, dw, db).to_host(), r) < 1e-5);
+  const auto before = fb::jit::counters().snapshot();
+  const auto y = fast(dx, dw, db).to_host();
+  const auto after = fb::jit::counters().snapshot();
+  CHECK(after.misses == before.misses + 1);  // its own unit (another key), not the faithful one's
+  CHECK(after.hits == before.hits);
+  CHECK(worst(y, r) < 1e-4);  // approximate exp, erf and division: a few ulp, not a different function
+}
+
 TEST_CASE("CUDA: a column reduction, thread per column", "[cuda]") {
   FUSEBOX_REQUIRE_GPU();
   fb::tensor<float, fb::shape<fb::dyn, 300>> x(77);

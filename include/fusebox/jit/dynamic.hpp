@@ -137,7 +137,7 @@ class dynamic_function {
     entry e{next_guard(c, o.dynamic, guards, hints), nullptr};
     log(log_category::guards, std::string(fn_name) + ": new specialisation " + e.g.text());
     try {
-      e.prog = build(e.g);
+      e.prog = build(e.g, o.fast_math);
     } catch (const compile_failure& failure) {
       if (o.fullgraph) throw;
       warn(std::string(failure.what()) + "; running eagerly. Compiler log:\n" + failure.log + "\nSource:\n" +
@@ -243,9 +243,11 @@ class dynamic_function {
 
   /// Builds the program of one guard: prepare, then compile its kernels in one compiler run
   /// (the host compiler, or NVRTC for the CUDA target).
-  static std::shared_ptr<const program_t> build(const guard& g) {
+  /// `fast_math` reaches the CUDA target only (NVRTC --use_fast_math); the host path has no
+  /// approximate variants of its math yet.
+  static std::shared_ptr<const program_t> build(const guard& g, bool fast_math = false) {
     if constexpr (on_cuda) {
-      return build_cuda(g);
+      return build_cuda(g, fast_math);
     } else {
       prepared p = prepare(g);
       auto bins = kernel_store::instance().get_all(p.sources);
@@ -255,7 +257,7 @@ class dynamic_function {
 
   /// The CUDA program of one guard: the same specialisation and plan, kernels rendered as CUDA and
   /// compiled by NVRTC in one unit. An NVRTC failure becomes a compile_failure (source and log kept).
-  static std::shared_ptr<const program_t> build_cuda(const guard& g) {
+  static std::shared_ptr<const program_t> build_cuda(const guard& g, bool fast_math) {
     auto p = std::make_shared<program_t>();
     specialise_into(*p, g);
     p->storage = storage_dtype<T>();
@@ -269,7 +271,7 @@ class dynamic_function {
     if (!rs.empty()) {
       cuda_binary bin;
       try {
-        bin = cuda_store::instance().get(rs, false);
+        bin = cuda_store::instance().get(rs, fast_math);
       } catch (const cuda::nvrtc_error& e) {
         throw compile_failure(std::string("fusebox: generated CUDA kernels failed to compile: ") + e.what(), e.source,
                               e.log);
