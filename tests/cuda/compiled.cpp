@@ -332,6 +332,36 @@ TEST_CASE("CUDA: fast_math compiles its own kernels (NVRTC --use_fast_math) and 
   CHECK(worst(y, r) < 1e-4);  // approximate exp, erf and division: a few ulp, not a different function
 }
 
+TEST_CASE("CUDA: matmul + bias runs as one cuBLASLt call with its bias epilogue", "[cuda]") {
+  FUSEBOX_REQUIRE_GPU();
+  auto affine = [](auto x, auto m, auto b) { return fb::matmul(x, m) + b; };
+  auto affine_swapped = [](auto x, auto m, auto b) { return b + fb::matmul(x, m); };
+  constexpr std::size_t K = 72, C = 56;
+  fb::tensor<float, fb::shape<K, C>> m;
+  fb::tensor<float, fb::shape<C>> b;
+  m.fill_random(71, -0.3f, 0.3f);
+  b.fill_random(72, -2.0f, 2.0f);
+  const fb::cuda::tensor<float, fb::shape<K, C>> dm(m);
+  const fb::cuda::tensor<float, fb::shape<C>> db(b);
+  auto one = fb::compile(affine);
+  auto two = fb::compile(affine_swapped);
+  for (std::size_t rows : {std::size_t{1}, std::size_t{31}}) {
+    fb::tensor<float, fb::shape<fb::dyn, K>> x(rows);
+    x.fill_random(73 + rows);
+    const fb::cuda::tensor<float, fb::shape<fb::dyn, K>> dx(x);
+    std::vector<double> r(rows * C);
+    for (std::size_t i = 0; i < rows; ++i)
+      for (std::size_t j = 0; j < C; ++j) {
+        double acc = b.flat(j);
+        for (std::size_t k = 0; k < K; ++k) acc += static_cast<double>(x.flat(i * K + k)) * m.flat(k * C + j);
+        r[i * C + j] = acc;
+      }
+    INFO("rows " << rows);
+    CHECK(worst(one(dx, dm, db).to_host(), r) < 1e-5);
+    CHECK(worst(two(dx, dm, db).to_host(), r) < 1e-5);
+  }
+}
+
 TEST_CASE("CUDA: a column reduction, thread per column", "[cuda]") {
   FUSEBOX_REQUIRE_GPU();
   fb::tensor<float, fb::shape<fb::dyn, 300>> x(77);

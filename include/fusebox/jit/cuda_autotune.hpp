@@ -37,10 +37,11 @@ class lt_tuner {
     return *t;
   }
 
-  /// Queues C = A·B for `p` on `on` with the tuned algorithm, tuning it first if `p` is new.
+  /// Queues C = A·B (+ bias where p.bias) for `p` on `on` with the tuned algorithm, tuning it
+  /// first if `p` is new.
   void matmul(const cuda::lt_problem& p, cuda::CUdeviceptr a, cuda::CUdeviceptr b, cuda::CUdeviceptr c,
-              cuda::CUstream on) {
-    cuda::lt_matmul(p, a, b, c, 0, on, choose(p, a, b, c, on));
+              cuda::CUdeviceptr bias, cuda::CUstream on) {
+    cuda::lt_matmul(p, a, b, c, bias, on, choose(p, a, b, c, bias, on));
   }
 
   /// Problems tuned by timing in this process, and taken from the disk cache (tests, reports).
@@ -49,7 +50,7 @@ class lt_tuner {
 
  private:
   cuda::lt_algorithm choose(const cuda::lt_problem& p, cuda::CUdeviceptr a, cuda::CUdeviceptr b, cuda::CUdeviceptr c,
-                            cuda::CUstream on) {
+                            cuda::CUdeviceptr bias, cuda::CUstream on) {
     const std::string problem = cuda::detail::lt_plan_key(p);
     std::lock_guard lock(mutex_);
     if (auto it = winners_.find(problem); it != winners_.end()) return it->second;
@@ -62,7 +63,7 @@ class lt_tuner {
       ++from_disk_;
       log(log_category::autotune, cuda::detail::describe(p) + ": algorithm #" + std::to_string(best) + " from the cache");
     } else {
-      best = time_all(p, list, a, b, c, on);
+      best = time_all(p, list, a, b, c, bias, on);
       ++timed_;
       if (disk_.enabled()) disk_.store_blob(key, std::to_string(best));
     }
@@ -71,14 +72,14 @@ class lt_tuner {
 
   /// Times every candidate; returns the fastest one's index (candidates that fail are skipped).
   std::size_t time_all(const cuda::lt_problem& p, const std::vector<cuda::lt_algorithm>& list, cuda::CUdeviceptr a,
-                       cuda::CUdeviceptr b, cuda::CUdeviceptr c, cuda::CUstream on) {
+                       cuda::CUdeviceptr b, cuda::CUdeviceptr c, cuda::CUdeviceptr bias, cuda::CUstream on) {
     cuda::event start, stop;
     std::vector<float> ms(list.size(), -1.0f);
     for (std::size_t i = 0; i < list.size(); ++i) {
       try {
-        for (int w = 0; w < 2; ++w) cuda::lt_matmul(p, a, b, c, 0, on, list[i]);
+        for (int w = 0; w < 2; ++w) cuda::lt_matmul(p, a, b, c, bias, on, list[i]);
         start.record(on);
-        for (int r = 0; r < 5; ++r) cuda::lt_matmul(p, a, b, c, 0, on, list[i]);
+        for (int r = 0; r < 5; ++r) cuda::lt_matmul(p, a, b, c, bias, on, list[i]);
         stop.record(on);
         stop.sync();
         ms[i] = cuda::elapsed_ms(start, stop) / 5;

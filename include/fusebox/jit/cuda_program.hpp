@@ -18,6 +18,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fusebox/core/low_precision.hpp"
@@ -154,10 +155,12 @@ struct cuda_program {
       switch (kn.kind) {
         case plan::kernel_kind::rows:
         case plan::kernel_kind::reduce_cols: launch(f, p, concrete, k, kn, dev, on); break;
-        case plan::kernel_kind::matmul:
-          run_matmul(f, concrete, kn, on, tune);
-          if (kn.group >= 0) launch(f, p, concrete, k, kn, dev, on);
+        case plan::kernel_kind::matmul: {
+          const int bias = bias_epilogue(p, kn);  // `+ bias` alone goes into cuBLASLt's epilogue
+          run_matmul(f, concrete, kn, on, tune, bias);
+          if (kn.group >= 0 && bias < 0) launch(f, p, concrete, k, kn, dev, on);
           break;
+        }
         case plan::kernel_kind::copy: copy(f.loc[kn.node], f.copy_to[kn.node], on); break;
         case plan::kernel_kind::opaque:
           throw invalid_argument("fusebox: a graph break (opaque user function or item()) in a model compiled for "
@@ -251,8 +254,34 @@ struct cuda_program {
     return t == dtype::bf16 ? cuda::lt_type::bf16 : t == dtype::f16 ? cuda::lt_type::f16 : cuda::lt_type::f32;
   }
 
+  /// The bias node when matmul kernel kn's epilogue is exactly `product + bias` with a
+  /// contiguous bias row of the product's width (cuBLASLt adds it as it writes C: one kernel
+  /// and one pass over C fewer); else -1.
+  int bias_epilogue(const plan::plan_t<N>& p, const plan::kernel& kn) const {
+    if (kn.group < 0) return -1;
+    const int m = kn.node;
+    int add = -1;
+    for (std::size_t g = 0; g < N; ++g) {
+      if (p.group[g] != kn.group || static_cast<int>(g) == m) continue;
+      if (add >= 0) return -1;  // more than one member
+      add = static_cast<int>(g);
+    }
+    if (add < 0 || nodes[add].desc.kind != node_kind::pointwise || std::string_view(nodes[add].desc.name) != "add" ||
+        nodes[add].n_inputs != 2)
+      return -1;
+    const int other = nodes[add].inputs[0] == m ? nodes[add].inputs[1] : nodes[add].inputs[1] == m ? nodes[add].inputs[0] : -1;
+    if (other < 0 || !unit_inner[other]) return -1;
+    const ir::node& b = nodes[other];
+    if (b.desc.kind != node_kind::input && b.desc.kind != node_kind::tensor) return -1;
+    const dims& bs = b.desc.shape;
+    const dims& cs = nodes[m].desc.shape;
+    for (std::size_t d = 0; d + 1 < bs.rank; ++d)
+      if (bs.extent[d] != 1) return -1;
+    return bs.rank >= 1 && bs.back(0) == cs.back(0) ? other : -1;
+  }
+
   void run_matmul(const cpu::frame<T, N>& f, const std::array<ir::node, N>& concrete, const plan::kernel& kn,
-                  cuda::CUstream on, bool tune) const {
+                  cuda::CUstream on, bool tune, int bias) const {
     const int m = kn.node;
     const strided<T>& A = f.loc[nodes[m].inputs[0]];
     const strided<T>& B = f.loc[nodes[m].inputs[1]];
@@ -275,15 +304,18 @@ struct cuda_program {
     prob.stride_a = A.shape.rank == 3 && A.shape.extent[0] != 1 ? A.stride[0] : 0;
     prob.stride_b = B.shape.rank == 3 && B.shape.extent[0] != 1 ? B.stride[0] : 0;
     if (prob.batch == 1) prob.stride_a = prob.stride_b = cuda::lt_problem::packed;
+    prob.bias = bias >= 0;
+    const void* bias_data = prob.bias ? static_cast<const void*>(f.loc[bias].data) : nullptr;
     std::uint32_t align = 256;
-    for (const void* ptr : {static_cast<const void*>(A.data), static_cast<const void*>(B.data), static_cast<const void*>(C.data)})
-      while (align > sizeof(T) && reinterpret_cast<std::uintptr_t>(ptr) % align != 0) align /= 2;
+    for (const void* ptr : {static_cast<const void*>(A.data), static_cast<const void*>(B.data), static_cast<const void*>(C.data),
+                            bias_data})
+      while (ptr && align > sizeof(T) && reinterpret_cast<std::uintptr_t>(ptr) % align != 0) align /= 2;
     prob.alignment = align;
-    profile::scoped_span span("cuBLASLt matmul", "kernel");
+    profile::scoped_span span(prob.bias ? "cuBLASLt matmul + bias" : "cuBLASLt matmul", "kernel");
     const auto a = reinterpret_cast<cuda::CUdeviceptr>(A.data), b = reinterpret_cast<cuda::CUdeviceptr>(B.data),
-               c = reinterpret_cast<cuda::CUdeviceptr>(C.data);
-    if (tune) lt_tuner::instance().matmul(prob, a, b, c, on);
-    else cuda::lt_matmul(prob, a, b, c, 0, on);
+               c = reinterpret_cast<cuda::CUdeviceptr>(C.data), bv = reinterpret_cast<cuda::CUdeviceptr>(bias_data);
+    if (tune) lt_tuner::instance().matmul(prob, a, b, c, bv, on);
+    else cuda::lt_matmul(prob, a, b, c, bv, on);
   }
 
   static void copy(const strided<T>& from, const strided<T>& to, cuda::CUstream on) {
