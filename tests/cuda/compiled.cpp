@@ -362,6 +362,54 @@ TEST_CASE("CUDA: matmul + bias runs as one cuBLASLt call with its bias epilogue"
   }
 }
 
+TEST_CASE("CUDA: transposed matmul operands are read by cuBLASLt as they are, batched too", "[cuda]") {
+  FUSEBOX_REQUIRE_GPU();
+  // a · wᵀ (a linear layer stored [out, in]), aᵀ · b, and batched q · kᵀ (attention scores).
+  auto linear = [](auto a, auto w) { return fb::matmul(a, fb::transpose(w)); };
+  auto gram = [](auto a, auto b) { return fb::matmul(fb::transpose(a), b); };
+  auto scores = [](auto q, auto k) { return fb::matmul(q, fb::transpose<1, 2>(k)); };
+  fb::tensor<float, fb::shape<fb::dyn, 40>> a(23);
+  fb::tensor<float, fb::shape<28, 40>> w;
+  fb::tensor<float, fb::shape<fb::dyn, 36>> b(23);
+  fb::tensor<float, fb::shape<3, 17, 24>> q, k;
+  a.fill_random(81);
+  w.fill_random(82);
+  b.fill_random(83);
+  q.fill_random(84);
+  k.fill_random(85);
+  auto ref = [](std::size_t M, std::size_t N, std::size_t K, auto at_a, auto at_b) {
+    std::vector<double> r(M * N);
+    for (std::size_t i = 0; i < M; ++i)
+      for (std::size_t j = 0; j < N; ++j) {
+        double acc = 0;
+        for (std::size_t t = 0; t < K; ++t) acc += static_cast<double>(at_a(i, t)) * at_b(t, j);
+        r[i * N + j] = acc;
+      }
+    return r;
+  };
+  const fb::cuda::tensor<float, fb::shape<fb::dyn, 40>> da(a);
+  const fb::cuda::tensor<float, fb::shape<28, 40>> dw(w);
+  const fb::cuda::tensor<float, fb::shape<fb::dyn, 36>> db(b);
+  CHECK(worst(fb::compile(linear)(da, dw).to_host(),
+              ref(23, 28, 40, [&](auto i, auto t) { return a.flat(i * 40 + t); }, [&](auto t, auto j) { return w.flat(j * 40 + t); })) <
+        1e-4);
+  CHECK(worst(fb::compile(gram)(da, db).to_host(),
+              ref(40, 36, 23, [&](auto i, auto t) { return a.flat(t * 40 + i); }, [&](auto t, auto j) { return b.flat(t * 36 + j); })) <
+        1e-4);
+  const auto s = fb::compile(scores)(fb::cuda::tensor<float, fb::shape<3, 17, 24>>(q),
+                                     fb::cuda::tensor<float, fb::shape<3, 17, 24>>(k))
+                     .to_host();
+  REQUIRE(s.size() == 3 * 17 * 17);
+  for (std::size_t h = 0; h < 3; ++h) {
+    const auto r = ref(17, 17, 24, [&](auto i, auto t) { return q.flat(h * 408 + i * 24 + t); },
+                       [&](auto t, auto j) { return k.flat(h * 408 + j * 24 + t); });
+    for (std::size_t e = 0; e < r.size(); ++e) {
+      INFO("head " << h << ", element " << e);
+      CHECK(std::fabs(s.flat(h * 289 + e) - r[e]) <= 1e-4 * (std::fabs(r[e]) + 1e-3) + 1e-5);
+    }
+  }
+}
+
 TEST_CASE("CUDA: a column reduction, thread per column", "[cuda]") {
   FUSEBOX_REQUIRE_GPU();
   fb::tensor<float, fb::shape<fb::dyn, 300>> x(77);

@@ -21,6 +21,8 @@
 //   on its non-Lt fallback for the same operation; and tests/cuda/runtime.cpp measures it (H100,
 //   cuBLASLt 13.0, pre-activations in [-5, 5]: max |C - gelu_tanh| = 5.4e-6, max |C - gelu_erf|
 //   = 4.7e-4). So it is offered only as `gelu_tanh`; an erf GELU must be a separate kernel.
+// - Transposes: `trans_a` / `trans_b` say an operand is stored as the row-major transpose of its
+//   matrix (a transposed view); cuBLASLt reads it with its own transpose flag, no copy.
 // - Batches: `batch` matrices with element strides (packed by default; a stride of 0 for A or B
 //   reuses one matrix for the whole batch); the bias is the same for every matrix.
 // - Algorithms: `lt_algorithms(problem, k)` returns up to k candidates from cuBLASLt's heuristic,
@@ -100,6 +102,7 @@ inline constexpr int CUDA_R_32F = 0;            // cudaDataType
 inline constexpr int CUDA_R_16F = 2;
 inline constexpr int CUDA_R_16BF = 14;
 inline constexpr std::int32_t CUBLAS_OP_N = 0;  // cublasOperation_t
+inline constexpr std::int32_t CUBLAS_OP_T = 1;
 // cublasLtMatmulDescAttributes_t
 inline constexpr int CUBLASLT_MATMUL_DESC_TRANSA = 3;       // int32_t
 inline constexpr int CUBLASLT_MATMUL_DESC_TRANSB = 4;       // int32_t
@@ -277,6 +280,8 @@ struct lt_problem {
   std::int64_t stride_b = packed;  // (packed: k*n; 0: one B for all)
   std::int64_t stride_c = packed;  // (packed: m*n; must not make C matrices overlap)
   std::uint32_t alignment = 256;   // bytes every pointer given to lt_matmul is aligned to
+  bool trans_a = false;  // A is stored as row-major [K, M] (a transposed view): read as its transpose
+  bool trans_b = false;  // B is stored as row-major [N, K]
 };
 
 /// A candidate from cuBLASLt's heuristic.
@@ -296,6 +301,8 @@ inline std::string describe(const lt_problem& p) {
                   ", K=" + std::to_string(p.k) + ", " + name(p.type);
   if (p.batch != 1) s += ", batch " + std::to_string(p.batch);
   if (p.bias) s += ", bias";
+  if (p.trans_a) s += ", A transposed";
+  if (p.trans_b) s += ", B transposed";
   if (p.epilogue != lt_epilogue::none) s += std::string(", ") + name(p.epilogue);
   return s + ")";
 }
@@ -347,8 +354,10 @@ struct lt_descriptors {
     const std::string what = describe(p);
     check_cublas(api.matmul_desc_create(&operation, CUBLAS_COMPUTE_32F, CUDA_R_32F),
                  "cublasLtMatmulDescCreate", what);
-    set(CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_N, what);
-    set(CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N, what);
+    // cuBLASLt's A is our B and its B our A; a transposed operand of ours is stored as the
+    // row-major transpose, i.e. column-major in the shape cuBLASLt then transposes.
+    set(CUBLASLT_MATMUL_DESC_TRANSA, p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, what);
+    set(CUBLASLT_MATMUL_DESC_TRANSB, p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, what);
     set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue_code(p), what);
     if (p.bias) set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, what);
 
@@ -356,10 +365,18 @@ struct lt_descriptors {
     const auto n = static_cast<std::uint64_t>(p.n), m = static_cast<std::uint64_t>(p.m),
                k = static_cast<std::uint64_t>(p.k);
     // Column-major views of the row-major operands (header comment): B^T, A^T, C^T.
-    layout(a, type, n, k, static_cast<std::int64_t>(n), p.batch,
-           stride_or_packed(p.stride_b, p.k, p.n), what + " layout of B");
-    layout(b, type, k, m, static_cast<std::int64_t>(k), p.batch,
-           stride_or_packed(p.stride_a, p.m, p.k), what + " layout of A");
+    if (p.trans_b)  // B's memory: row-major [N, K] = column-major [K, N]
+      layout(a, type, k, n, static_cast<std::int64_t>(k), p.batch, stride_or_packed(p.stride_b, p.k, p.n),
+             what + " layout of B");
+    else
+      layout(a, type, n, k, static_cast<std::int64_t>(n), p.batch, stride_or_packed(p.stride_b, p.k, p.n),
+             what + " layout of B");
+    if (p.trans_a)  // A's memory: row-major [K, M] = column-major [M, K]
+      layout(b, type, m, k, static_cast<std::int64_t>(m), p.batch, stride_or_packed(p.stride_a, p.m, p.k),
+             what + " layout of A");
+    else
+      layout(b, type, k, m, static_cast<std::int64_t>(k), p.batch, stride_or_packed(p.stride_a, p.m, p.k),
+             what + " layout of A");
     layout(d, type, n, m, static_cast<std::int64_t>(n), p.batch,
            stride_or_packed(p.stride_c, p.m, p.n), what + " layout of C");
 
@@ -447,7 +464,8 @@ inline std::string lt_plan_key(const lt_problem& p) {
   for (const auto v : {static_cast<std::int64_t>(p.m), static_cast<std::int64_t>(p.n), static_cast<std::int64_t>(p.k),
                        static_cast<std::int64_t>(p.type), static_cast<std::int64_t>(p.bias),
                        static_cast<std::int64_t>(p.epilogue), static_cast<std::int64_t>(p.batch), p.stride_a, p.stride_b,
-                       p.stride_c, static_cast<std::int64_t>(p.alignment)})
+                       p.stride_c, static_cast<std::int64_t>(p.alignment), static_cast<std::int64_t>(p.trans_a),
+                       static_cast<std::int64_t>(p.trans_b)})
     k += std::to_string(v) + ",";
   return k;
 }

@@ -287,20 +287,27 @@ struct cuda_program {
     const strided<T>& B = f.loc[nodes[m].inputs[1]];
     const strided<T>& C = f.loc[m];
     const auto s = host::mm_sizes(concrete, m);
-    auto row_major = [](const strided<T>& x, const char* which) {
+    // Each operand row-major, or the transposed view of a row-major matrix (cuBLASLt transposes
+    // as it reads); anything else is an error naming the strides.
+    auto transposed = [](const strided<T>& x, const char* which) {
       const std::size_t r = x.shape.rank;
-      if (x.stride[r - 1] != 1 || x.stride[r - 2] != static_cast<std::ptrdiff_t>(x.shape.back(0)))
-        throw invalid_argument(std::string("fusebox: matmul on the CUDA backend needs a contiguous row-major ") +
-                               which + "; got " + to_string(x.shape) + " with other strides");
+      const auto rows = static_cast<std::ptrdiff_t>(x.shape.back(1)), cols = static_cast<std::ptrdiff_t>(x.shape.back(0));
+      if (x.stride[r - 1] == 1 && (x.stride[r - 2] == cols || rows == 1)) return false;
+      if (x.stride[r - 2] == 1 && x.stride[r - 1] == rows) return true;
+      std::string st;
+      for (std::size_t d = 0; d < r; ++d) st += (d ? ", " : "") + std::to_string(x.stride[d]);
+      throw invalid_argument(std::string("fusebox: matmul on the CUDA backend needs each operand row-major or a "
+                                         "transposed row-major matrix; the ") +
+                             which + " is " + to_string(x.shape) + " with strides [" + st + "]");
     };
-    row_major(A, "left operand");
-    row_major(B, "right operand");
     cuda::lt_problem prob;
     prob.batch = s[0];
     prob.m = s[1];
     prob.n = s[2];
     prob.k = s[3];
     prob.type = lt_type_of(storage);
+    prob.trans_a = transposed(A, "left operand");
+    prob.trans_b = transposed(B, "right operand");
     prob.stride_a = A.shape.rank == 3 && A.shape.extent[0] != 1 ? A.stride[0] : 0;
     prob.stride_b = B.shape.rank == 3 && B.shape.extent[0] != 1 ? B.stride[0] : 0;
     if (prob.batch == 1) prob.stride_a = prob.stride_b = cuda::lt_problem::packed;
