@@ -1,11 +1,11 @@
-// bench/gpu.cpp: fusebox on the GPU (issue 4), BENCHMARKS.md's W1, W2 and W3 through compile()
+// bench/gpu.cpp: fusebox on the GPU (issue 4), BENCHMARKS.md's W1, W2, W3 and W4 through compile()
 // with cuda::tensor arguments, and the physical limits measured in the same run: a 1 GiB
 // device-to-device copy (bytes read + written over time) and a cuBLASLt float32 GEMM (8192^3, no
 // TF32).
 //
 // Timing, as bench/peers/torch_reference.py times torch (so the two tables compare like with like):
 //   - W1, W2 (kernels): CUDA events on cuda::work_stream() around each call, median per call;
-//   - W3 (host latency): host wall time of N back-to-back calls with one synchronisation after
+//   - W3 and W4 (host latency): host wall time of N back-to-back calls with one synchronisation after
 //     them, N sized to ~20-50 ms a batch, median over batches of the per-call time; float32 (TF32
 //     off) and bfloat16, batch 1, 32, 256, in mode default, reduce_overhead (CUDA graphs) and
 //     max_autotune (graphs and timed cuBLASLt algorithm choice; compile_s includes the tuning);
@@ -40,6 +40,30 @@ auto w3 = [](auto x, auto w1_, auto b1, auto w2_, auto b2, auto w3_, auto b3) {
   auto h1 = fb::gelu(fb::matmul(x, w1_) + b1);
   auto h2 = fb::gelu(fb::matmul(h1, w2_) + b2);
   return fb::matmul(h2, w3_) + b3;
+};
+
+// W4: the GPT-2 small block (BENCHMARKS.md), batch 8, sequence 256, d 768, 12 heads of 64,
+// pre-LayerNorm, causal attention (the causal mask is an argument: 0 on and below the diagonal,
+// -inf above), MLP 768-3072-768 with tanh GELU (GPT-2's, as torch_reference.py's W4), residuals.
+// Tokens are rows [B*T, d]; per-head projections are batched products with head-major weights
+// ([H, d, 64]), so heads need reshapes (free) and one transposed operand (cuBLASLt reads kᵀ as it
+// is); the output projection is per head, summed over heads. Two compiled functions, the
+// attention half and the MLP half (regional compilation: as one expression, the residual `h`
+// used twice would copy the attention subtree, past ir::max_expanded_nodes).
+constexpr std::size_t w4_b = 8, w4_t = 256, w4_d = 768, w4_h = 12, w4_dh = 64, w4_tok = w4_b * w4_t;
+auto w4_attention = [](auto x, auto mask, auto g1, auto be1, auto wq, auto wk, auto wv, auto wo, auto bo) {
+  using heads = fb::shape<w4_h * w4_b, w4_t, w4_dh>;
+  auto ln1 = fb::layer_norm(x, g1, be1, 1e-5f);
+  auto q = fb::reshape<heads>(fb::matmul(ln1, wq));
+  auto k = fb::reshape<heads>(fb::matmul(ln1, wk));
+  auto v = fb::reshape<heads>(fb::matmul(ln1, wv));
+  auto p = fb::softmax(fb::matmul(q, fb::transpose<1, 2>(k)) * 0.125f + mask);
+  auto o = fb::reshape<fb::shape<w4_h, w4_tok, w4_dh>>(fb::matmul(p, v));
+  return x + fb::sum(fb::matmul(o, wo), fb::axis<0>) + bo;
+};
+auto w4_mlp = [](auto h, auto g2, auto be2, auto w1_, auto b1, auto w2_, auto b2) {
+  auto f = fb::gelu_tanh(fb::matmul(fb::layer_norm(h, g2, be2, 1e-5f), w1_) + b1);
+  return h + fb::matmul(f, w2_) + b2;
 };
 
 template <std::size_t... E>
@@ -294,6 +318,128 @@ void run_w3(const limits& lim, fb::mode mode, bool quick) {
   }
 }
 
+/// W4 in bfloat16 at one mode: time, and the double reference of two tokens of sequence 0 (all of
+/// its keys and values are computed, from the bfloat16-rounded inputs the model sees).
+void run_w4(const limits& lim, fb::mode mode, bool quick) {
+  using bf = fb::bfloat16;
+  constexpr std::size_t B = w4_b, T = w4_t, D = w4_d, H = w4_h, DH = w4_dh, TOK = w4_tok, F = 4 * D;
+  host<TOK, D> x;
+  host<T, T> mask;
+  host<D> g1, be1, g2, be2, bo;
+  host<H, D, DH> wq, wk, wv;
+  host<H, DH, D> wo;
+  host<D, F> w1h;
+  host<F> b1h;
+  host<F, D> w2h;
+  host<D> b2h;
+  x.fill_random(41);
+  g1.fill_random(42, 0.5f, 1.5f), be1.fill_random(43, -0.1f, 0.1f), g2.fill_random(44, 0.5f, 1.5f);
+  be2.fill_random(45, -0.1f, 0.1f), bo.fill_random(46, -0.1f, 0.1f), b1h.fill_random(47, -0.1f, 0.1f);
+  b2h.fill_random(48, -0.1f, 0.1f);
+  wq.fill_random(49, -0.06f, 0.06f), wk.fill_random(50, -0.06f, 0.06f), wv.fill_random(51, -0.06f, 0.06f);
+  wo.fill_random(52, -0.03f, 0.03f), w1h.fill_random(53, -0.03f, 0.03f), w2h.fill_random(54, -0.02f, 0.02f);
+  for (std::size_t i = 0; i < T; ++i)
+    for (std::size_t j = 0; j < T; ++j) mask.flat(i * T + j) = j <= i ? 0.0f : -INFINITY;
+  for (auto* t : {&g1, &be1, &g2, &be2, &bo, &b2h}) round_to<bf>(*t);
+  round_to<bf>(x), round_to<bf>(wq), round_to<bf>(wk), round_to<bf>(wv), round_to<bf>(wo), round_to<bf>(w1h);
+  round_to<bf>(b1h), round_to<bf>(w2h);
+  auto up = [](const auto& h) { return fb::cuda::tensor<bf, typename std::decay_t<decltype(h)>::shape_type>(h); };
+  const auto dx = up(x);
+  const auto dmask = up(mask);
+  const auto dg1 = up(g1), dbe1 = up(be1), dg2 = up(g2), dbe2 = up(be2), dbo = up(bo), db2 = up(b2h);
+  const auto dwq = up(wq), dwk = up(wk), dwv = up(wv);
+  const auto dwo = up(wo);
+  const auto dw1 = up(w1h);
+  const auto db1 = up(b1h);
+  const auto dw2 = up(w2h);
+  auto attention = fb::compile(w4_attention, fb::options{.mode = mode});
+  auto mlp = fb::compile(w4_mlp, fb::options{.mode = mode});
+  auto call = [&] {
+    const auto h = attention(dx, dmask, dg1, dbe1, dwq, dwk, dwv, dwo, dbo);
+    return mlp(h, dg2, dbe2, dw1, db1, dw2, db2);
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  auto y = call();
+  fb::cuda::synchronize();
+  const double first = seconds(t0);
+  const auto t = time_host([&] { y = call(); }, quick);
+  const auto yh = y.to_host();
+
+  // Double reference for tokens 0 and T-1 of sequence 0.
+  auto norm = [&](const std::vector<double>& v, const auto& g, const auto& b) {
+    double mean = 0, var = 0;
+    for (double e : v) mean += e;
+    mean /= D;
+    for (double e : v) var += (e - mean) * (e - mean);
+    var /= D;
+    std::vector<double> o(D);
+    for (std::size_t i = 0; i < D; ++i) o[i] = (v[i] - mean) / std::sqrt(var + 1e-5) * g.flat(i) + b.flat(i);
+    return o;
+  };
+  std::vector<std::vector<double>> ln(T);
+  for (std::size_t t_ = 0; t_ < T; ++t_) {
+    std::vector<double> row(D);
+    for (std::size_t i = 0; i < D; ++i) row[i] = x.flat(t_ * D + i);
+    ln[t_] = norm(row, g1, be1);
+  }
+  auto project = [&](const auto& w, std::size_t t_, std::size_t hd) {
+    std::vector<double> o(DH, 0.0);
+    for (std::size_t i = 0; i < D; ++i)
+      for (std::size_t e = 0; e < DH; ++e) o[e] += ln[t_][i] * w.flat((hd * D + i) * DH + e);
+    return o;
+  };
+  std::vector<double> got, ref;
+  for (std::size_t tok : {std::size_t{0}, T - 1}) {
+    std::vector<double> hrow(D);
+    for (std::size_t i = 0; i < D; ++i) hrow[i] = x.flat(tok * D + i) + bo.flat(i);
+    for (std::size_t hd = 0; hd < H; ++hd) {
+      const auto qv = project(wq, tok, hd);
+      std::vector<double> score(tok + 1), out(DH, 0.0);
+      double mx = -1e300, sum = 0;
+      std::vector<std::vector<double>> vs(tok + 1);
+      for (std::size_t j = 0; j <= tok; ++j) {
+        const auto kv = project(wk, j, hd);
+        vs[j] = project(wv, j, hd);
+        double d = 0;
+        for (std::size_t e = 0; e < DH; ++e) d += qv[e] * kv[e];
+        score[j] = d * 0.125;
+        mx = std::max(mx, score[j]);
+      }
+      for (std::size_t j = 0; j <= tok; ++j) sum += score[j] = std::exp(score[j] - mx);
+      for (std::size_t j = 0; j <= tok; ++j)
+        for (std::size_t e = 0; e < DH; ++e) out[e] += score[j] / sum * vs[j][e];
+      for (std::size_t i = 0; i < D; ++i)
+        for (std::size_t e = 0; e < DH; ++e) hrow[i] += out[e] * wo.flat((hd * DH + e) * D + i);
+    }
+    const auto l2 = norm(hrow, g2, be2);
+    std::vector<double> yrow(hrow);
+    for (std::size_t j = 0; j < F; ++j) {
+      double u = b1h.flat(j);
+      for (std::size_t i = 0; i < D; ++i) u += l2[i] * w1h.flat(i * F + j);
+      const double gl = 0.5 * u * (1.0 + std::tanh(0.7978845608028654 * (u + 0.044715 * u * u * u)));
+      for (std::size_t i = 0; i < D; ++i) yrow[i] += gl * w2h.flat(j * D + i);
+    }
+    for (std::size_t i = 0; i < D; ++i) {
+      ref.push_back(yrow[i] + b2h.flat(i));
+      got.push_back(yh.flat(tok * D + i));
+    }
+  }
+  const double flops = 24.0 * TOK * D * D + 4.0 * B * D * (T * (T + 1) / 2);
+  const double bytes = 2.0 * (12.0 * D * D + 13.0 * D) + 2.0 * 2.0 * TOK * D;
+  bench::record r{"W4", "fusebox",
+                  mode == fb::mode::reduce_overhead ? "reduce_overhead" : mode == fb::mode::max_autotune ? "max_autotune"
+                                                                                                          : "default"};
+  r.set(t);
+  r.flops = flops;
+  r.bytes = bytes;
+  r.floor_us = bytes / (lim.gbps * 1e9) * 1e6;
+  r.compile_s = first;
+  r.max_rel_err = rel_err(got, ref);
+  r.note = "bfloat16; two compiled calls (attention half, MLP half); host wall per block, one sync per batch of "
+           "calls; floor: bytes only; attention not fused (scores materialised, [96, 256, 256])";
+  add(r);
+}
+
 /// The fresh process of the warm-start measurement: W3 float32 batch 1 (the parent compiled that
 /// specialisation first), cache warm, compiles forbidden. Prints seconds: since process start,
 /// CUDA start, host input set-up, upload, cuBLASLt start, first call; or the error.
@@ -431,6 +577,7 @@ int main(int argc, char** argv) {
     run_w3<float>(lim, mode, quick);
     run_w3<fb::bfloat16>(lim, mode, quick);
   }
+  for (fb::mode mode : {fb::mode::default_, fb::mode::reduce_overhead}) run_w4(lim, mode, quick);
   {  // Warm start of W3 (float32, batch 1) in a fresh process from this run's cache.
     const std::string line = run_child(argv[0], "--warm-child");
     double since_start = -1, cuda_start = -1, host_setup = -1, upload = -1, lt_start = -1, first = -1;
