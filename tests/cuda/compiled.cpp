@@ -423,6 +423,16 @@ TEST_CASE("CUDA: a column reduction, thread per column", "[cuda]") {
   for (std::size_t i = 0; i < 77; ++i)
     for (std::size_t j = 0; j < 300; ++j) r[j] += std::exp(static_cast<double>(x.flat(i * 300 + j))) * w.flat(j);
   CHECK(worst(y, r) < 1e-5);
+
+  // Over the first axis of a rank-3 tensor (W4's sum over heads): every output element its thread.
+  fb::tensor<float, fb::shape<5, 33, 70>> z;
+  z.fill_random(23);
+  const auto heads = fb::compile([](auto t) { return fb::sum(t, fb::axis<0>); })(fb::cuda::tensor<float, fb::shape<5, 33, 70>>(z))
+                         .to_host();
+  std::vector<double> rz(33 * 70, 0.0);
+  for (std::size_t h = 0; h < 5; ++h)
+    for (std::size_t e = 0; e < rz.size(); ++e) rz[e] += z.flat(h * rz.size() + e);
+  CHECK(worst(heads, rz) < 1e-5);
 }
 
 TEST_CASE("CUDA: bfloat16 storage, float32 arithmetic: elementwise, row reductions, matmul", "[cuda][bf16]") {

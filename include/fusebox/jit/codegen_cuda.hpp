@@ -7,8 +7,8 @@
 //   rows with passes      one thread block per row: each reduction pass strides the row in chunks
 //                         of VEC, combines in registers, then across the block (warp shuffles and
 //                         one shared word per warp); row scalars follow; the output pass writes
-//   reduce_cols           one thread per output column walks every input row (no atomics: the
-//                         column's outputs belong to that thread alone)
+//   reduce_cols           one thread per output element walks the reduced axis in order (no
+//                         atomics: each output belongs to one thread), grid-stride over outputs
 //   matmul epilogue       the elementwise form over the matmul's output, read in place (the
 //                         product itself comes from cuBLASLt on the host side)
 // Every kernel is a template on VEC with two entry points: `<name>` (VEC = 16 bytes of the
@@ -564,9 +564,9 @@ class cuda_codegen {
            b.text("        ") + "        rs[" + L(g) + "] = " + call + ");\n      }\n";
   }
 
-  /// Column reduction: one thread per output column; for each output row (the coordinates off
-  /// the reduced axis) it walks the reduced axis in order, accumulating in a register, so the
-  /// result does not depend on the launch shape and bfloat16 outputs are rounded once.
+  /// Column reduction: one thread per output element; it walks the reduced axis in order,
+  /// accumulating in a register, so the result does not depend on the launch shape and bfloat16
+  /// outputs are rounded once.
   std::string reduce_cols() {
     const int r_id = k_.node;
     const ir::node& rn = nodes_[r_id];
@@ -582,9 +582,13 @@ class cuda_codegen {
     const std::string po = ptr(r_id, true);
     const std::string ea = "E" + std::to_string(axis);
     std::string s = "template <int VEC>\n__device__ __forceinline__ void fb_body(const fb_args& a) {\n" + prologue();
-    s += "  const unsigned long long j = blockIdx.x * static_cast<unsigned long long>(blockDim.x) + threadIdx.x;\n";
-    s += "  if (j >= W) return;\n  const int v = 0; (void)v;\n";
-    s += "  for (unsigned long long o = 0; o < rows / " + ea + "; ++o) {\n";
+    // One thread per output element (column j of output row o), grid-stride: parallel over
+    // every output, not only over the last dimension (W4 sums 12 heads into [2048, 768]: 768
+    // threads walking 2048 rows each took a millisecond).
+    s += "  const int v = 0; (void)v;\n";
+    s += "  for (unsigned long long t = blockIdx.x * static_cast<unsigned long long>(blockDim.x) + threadIdx.x; t < rows / " + ea +
+         " * W;\n       t += static_cast<unsigned long long>(gridDim.x) * blockDim.x) {\n";
+    s += "    const unsigned long long j = t % W, o = t / W;\n";
     s += "    float acc = " + op + "::identity();\n    T* out = nullptr;\n";
     s += "    for (unsigned long long i" + std::to_string(axis) + " = 0; i" + std::to_string(axis) + " < " + ea + "; ++i" +
          std::to_string(axis) + ") {\n      unsigned long long q_ = o;\n";

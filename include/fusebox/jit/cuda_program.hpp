@@ -7,7 +7,7 @@
 // Launch shapes: elementwise kernels take 256 threads a block and a grid of at most 32 blocks per
 // SM (grid-stride beyond); row kernels one block per row (grid-stride over rows) with enough
 // threads that each walks about four 16-byte chunks of the row per pass; column reductions one
-// thread per column. The vector entry (16-byte accesses) runs when every unit-stride operand is
+// thread per output element (grid-stride). The vector entry (16-byte accesses) runs when every unit-stride operand is
 // 16-byte aligned with row strides in whole vectors and the row length is too; else the scalar one.
 // Elementwise kernels take the wide entry (two vectors a thread) where rows allow twice that.
 // Depends on: jit/{program,cuda_store,codegen_cuda,cuda_graphs,cuda_autotune}.hpp, cuda/{cublaslt,memory,module}.hpp.
@@ -232,9 +232,11 @@ struct cuda_program {
     const std::size_t width = space.back(0), rows = space.size() / std::max<std::size_t>(width, 1);
     const std::size_t max_blocks = static_cast<std::size_t>(dev.sm_count) * 32;
     cuda::dim3 grid, block;
-    if (kn.kind == plan::kernel_kind::reduce_cols) {
+    if (kn.kind == plan::kernel_kind::reduce_cols) {  // a thread per output element, grid-stride
+      const std::size_t axis = static_cast<std::size_t>(nodes[kn.node].desc.axis);
+      const std::size_t outputs = space.size() / std::max<std::size_t>(space.extent[axis], 1);
       block.x = 256;
-      grid.x = static_cast<unsigned>((width + 255) / 256);
+      grid.x = static_cast<unsigned>(std::max<std::size_t>(1, std::min((outputs + 255) / 256, max_blocks)));
     } else if (rk.block_per_row) {
       const std::size_t chunks = (width + v - 1) / v;
       unsigned threads = 32;

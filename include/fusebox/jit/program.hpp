@@ -130,9 +130,15 @@ struct program {
   }
 
   /// {batch, M, N, K} of matmul node m at the call's extents.
+  /// batch, M, N, K of matmul node m for the call's extents; a K that differs between the
+  /// operands (possible only through views of `dyn` inputs, unchecked at capture) is an error.
   static std::array<std::size_t, 4> mm_sizes(const std::array<ir::node, N>& concrete, int m) {
     const dims& o = concrete[m].desc.shape;
     const dims& a = concrete[concrete[m].inputs[0]].desc.shape;
+    const dims& b = concrete[concrete[m].inputs[1]].desc.shape;
+    if (a.back(0) != b.back(1))
+      throw shape_error("matmul: a is " + to_string(a) + ", b is " + to_string(b) + " for this call; need [.., M, K] x [.., K, N]",
+                        std::source_location::current());
     return {o.rank == 3 ? o.extent[0] : 1, o.back(1), o.back(0), a.back(0)};
   }
 
