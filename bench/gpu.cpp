@@ -15,7 +15,7 @@
 // same double reference as the faithful mode's. compile_s is the first call (NVRTC cold unless the cache directory is warm); max_rel_err is
 // ||y - r|| / ||r|| against a double reference on sampled rows (bfloat16: from the rounded
 // weights and inputs the model actually sees). Prints JSON lines (BENCHMARKS.md fields) then a table.
-//   bench_gpu [--quick]
+//   bench_gpu [--quick] [--only W1|W2|W3|W4|warm]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -489,7 +489,12 @@ std::string run_child(const char* self, const std::string& args) {
 int main(int argc, char** argv) {
   if (argc == 2 && std::string(argv[1]) == "--warm-child") return warm_child();
   bool quick = false;
-  for (int i = 1; i < argc; ++i) quick = quick || std::string(argv[i]) == "--quick";
+  std::string only;  // --only W1|W2|W3|W4|warm: one workload (profiling runs)
+  for (int i = 1; i < argc; ++i) {
+    quick = quick || std::string(argv[i]) == "--quick";
+    if (std::string(argv[i]) == "--only" && i + 1 < argc) only = argv[++i];
+  }
+  auto want = [&](const char* w) { return only.empty() || only == w; };
   if (!fb::cuda::available()) {
     std::fprintf(stderr, "bench_gpu: no CUDA device; nothing to measure\n");
     return 2;
@@ -499,6 +504,7 @@ int main(int argc, char** argv) {
   const limits lim = measure_limits(quick);
 
   for (bool fast_math : {false, true}) {  // W1: elementwise, x [8192, 8192]
+    if (!want("W1")) break;
     constexpr std::size_t R = 8192, C = 8192;
     fb::tensor<float, fb::shape<fb::dyn, C>> x(R);
     host<C> w, b;
@@ -532,6 +538,7 @@ int main(int argc, char** argv) {
     add(r);
   }
   for (bool fast_math : {false, true}) {  // W2: softmax + layer_norm, x [16384, 4096]
+    if (!want("W2")) break;
     constexpr std::size_t R = 16384, C = 4096;
     fb::tensor<float, fb::shape<fb::dyn, C>> x(R);
     host<C> g, b;
@@ -574,11 +581,13 @@ int main(int argc, char** argv) {
   }
   // W3: MLP, batch 1, 32, 256; float32 (TF32 off) and bfloat16; default and reduce_overhead.
   for (fb::mode mode : {fb::mode::default_, fb::mode::reduce_overhead, fb::mode::max_autotune}) {
+    if (!want("W3")) break;
     run_w3<float>(lim, mode, quick);
     run_w3<fb::bfloat16>(lim, mode, quick);
   }
-  for (fb::mode mode : {fb::mode::default_, fb::mode::reduce_overhead}) run_w4(lim, mode, quick);
-  {  // Warm start of W3 (float32, batch 1) in a fresh process from this run's cache.
+  for (fb::mode mode : {fb::mode::default_, fb::mode::reduce_overhead})
+    if (want("W4")) run_w4(lim, mode, quick);
+  if (want("warm")) {  // Warm start of W3 (float32, batch 1) in a fresh process from this run's cache.
     const std::string line = run_child(argv[0], "--warm-child");
     double since_start = -1, cuda_start = -1, host_setup = -1, upload = -1, lt_start = -1, first = -1;
     bench::record r{"W3_b1_f32_warm_start", "fusebox", "default"};
