@@ -118,7 +118,7 @@ class tensor {
     allocate(d);
   }
 
-  /// Uploads a host tensor (any strides; copied element by element into contiguous storage).
+  /// Uploads a host tensor (any strides) into contiguous device storage.
   explicit tensor(const host_tensor& host) {
     allocate(host.extents());
     upload(host);
