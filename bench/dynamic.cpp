@@ -209,17 +209,6 @@ int regional_child(const std::string& variant) {
   return 2;
 }
 
-/// Runs this binary with `args`; returns its first line of output (empty on failure).
-std::string run_child(const char* self, const std::string& args) {
-  const std::string cmd = std::string("'") + self + "' " + args;
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  char line[512] = {};
-  const bool got = p && std::fgets(line, sizeof line, p);
-  if (p) ::pclose(p);
-  std::string s = got ? line : "";
-  if (!s.empty() && s.back() == '\n') s.pop_back();
-  return s;
-}
 
 }  // namespace
 
@@ -291,7 +280,7 @@ int main(int argc, char** argv) {
   }
 
   {  // Warm start of W3c in a fresh process from this cache.
-    const std::string line = run_child(argv[0], "--warm-child W3c '" + cache.path().string() + "'");
+    const std::string line = bench::run_child(argv[0], "--warm-child W3c '" + cache.path().string() + "'");
     double since_start = -1, setup = -1, first = -1, run = -1;
     bench::record r{"W3c_b32_dyn_warm_start", "fusebox", "jit"};
     if (std::sscanf(line.c_str(), "%lf %lf %lf %lf", &since_start, &setup, &first, &run) == 4) {
@@ -323,7 +312,7 @@ int main(int argc, char** argv) {
       double s = -1;
       unsigned long long c = 0;
       std::size_t k = 0;
-      const std::string line = run_child(argv[0], std::string("--regional-child ") + v.arg + " '" + cache.path().string() + "'");
+      const std::string line = bench::run_child(argv[0], std::string("--regional-child ") + v.arg + " '" + cache.path().string() + "'");
       const bool ok = std::sscanf(line.c_str(), "%lf %llu %zu", &s, &c, &k) == 3;
       if (ok && one_s < 0) one_s = s;
       bench::record r{v.name, "fusebox", "jit"};

@@ -161,14 +161,8 @@ limits measure_limits(bool quick) {
 }
 
 bench::timing summarise(std::vector<double> us, int warmup) {
-  std::sort(us.begin(), us.end());
-  bench::timing t;
+  bench::timing t = bench::summarise(std::move(us));
   t.warmup = warmup;
-  t.iters = static_cast<int>(us.size());
-  t.median_us = us.size() % 2 ? us[us.size() / 2] : 0.5 * (us[us.size() / 2 - 1] + us[us.size() / 2]);
-  t.p10_us = us[us.size() / 10];
-  t.p90_us = us[std::min(us.size() - 1, us.size() * 9 / 10)];
-  t.min_us = us.front();
   return t;
 }
 
@@ -473,16 +467,6 @@ int warm_child() try {
   return 1;
 }
 
-std::string run_child(const char* self, const std::string& args) {
-  const std::string cmd = std::string("'") + self + "' " + args;
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  char line[512] = {};
-  const bool got = p && std::fgets(line, sizeof line, p);
-  if (p) ::pclose(p);
-  std::string s = got ? line : "";
-  if (!s.empty() && s.back() == '\n') s.pop_back();
-  return s;
-}
 
 }  // namespace
 
@@ -588,7 +572,7 @@ int main(int argc, char** argv) {
   for (fb::mode mode : {fb::mode::default_, fb::mode::reduce_overhead})
     if (want("W4")) run_w4(lim, mode, quick);
   if (want("warm")) {  // Warm start of W3 (float32, batch 1) in a fresh process from this run's cache.
-    const std::string line = run_child(argv[0], "--warm-child");
+    const std::string line = bench::run_child(argv[0], "--warm-child");
     double since_start = -1, cuda_start = -1, host_setup = -1, upload = -1, lt_start = -1, first = -1;
     bench::record r{"W3_b1_f32_warm_start", "fusebox", "default"};
     if (std::sscanf(line.c_str(), "%lf %lf %lf %lf %lf %lf", &since_start, &cuda_start, &host_setup, &upload, &lt_start,

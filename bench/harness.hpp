@@ -100,6 +100,18 @@ inline double seconds_since(bench_clock::time_point t0) {
   return std::chrono::duration<double>(bench_clock::now() - t0).count();
 }
 
+/// Median, p10, p90 and minimum of per-call times in microseconds (at least one).
+inline timing summarise(std::vector<double> us) {
+  std::sort(us.begin(), us.end());
+  timing t;
+  t.iters = static_cast<int>(us.size());
+  t.median_us = us.size() % 2 ? us[us.size() / 2] : 0.5 * (us[us.size() / 2 - 1] + us[us.size() / 2]);
+  t.p10_us = us[us.size() / 10];
+  t.p90_us = us[std::min(us.size() - 1, us.size() * 9 / 10)];
+  t.min_us = us.front();
+  return t;
+}
+
 template <class F>
 timing measure(F&& fn, const measure_config& cfg = {}) {
   timing r;
@@ -123,13 +135,23 @@ timing measure(F&& fn, const measure_config& cfg = {}) {
     if (seconds_since(start) > cfg.max_seconds && t.size() >= 3) break;
     if (t.size() >= 100000) break;
   }
-  std::sort(t.begin(), t.end());
-  r.iters = static_cast<int>(t.size());
-  r.median_us = t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
-  r.p10_us = t[t.size() / 10];
-  r.p90_us = t[std::min(t.size() - 1, t.size() * 9 / 10)];
-  r.min_us = t.front();
+  const int warmed = r.warmup;
+  r = summarise(std::move(t));
+  r.warmup = warmed;
   return r;
+}
+
+/// Runs this binary with `args` (a fresh process: warm-start measurements); returns its first
+/// line of output (empty on failure).
+inline std::string run_child(const char* self, const std::string& args) {
+  const std::string cmd = std::string("'") + self + "' " + args;
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  char line[512] = {};
+  const bool got = p && std::fgets(line, sizeof line, p);
+  if (p) ::pclose(p);
+  std::string s = got ? line : "";
+  if (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
 }
 
 /// Several contenders timed in interleaved rounds, so that load from other processes on a shared
