@@ -56,14 +56,7 @@ struct mlp_weights {
   vec<4096> b2;
   mat<4096, 1024> w3;
   vec<1024> b3;
-  mlp_weights() {
-    w1.fill_random(11, -0.03f, 0.03f);
-    b1.fill_random(12);
-    w2.fill_random(13, -0.015f, 0.015f);
-    b2.fill_random(14);
-    w3.fill_random(15, -0.015f, 0.015f);
-    b3.fill_random(16);
-  }
+  mlp_weights() { bench::fill_w3_weights(w1, b1, w2, b2, w3, b3); }
 };
 
 std::vector<bench::record> records;

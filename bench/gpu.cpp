@@ -225,12 +225,7 @@ struct w3_weights {
   host<4096, 1024> w3;
   host<1024> b3;
   w3_weights() {
-    w1.fill_random(11, -0.03f, 0.03f);
-    b1.fill_random(12);
-    w2.fill_random(13, -0.015f, 0.015f);
-    b2.fill_random(14);
-    w3.fill_random(15, -0.015f, 0.015f);
-    b3.fill_random(16);
+    bench::fill_w3_weights(w1, b1, w2, b2, w3, b3);
     round_to<T>(w1), round_to<T>(b1), round_to<T>(w2), round_to<T>(b2), round_to<T>(w3), round_to<T>(b3);
   }
   template <std::size_t... E>

@@ -141,6 +141,18 @@ timing measure(F&& fn, const measure_config& cfg = {}) {
   return r;
 }
 
+/// W3's parameters (BENCHMARKS.md: Linear 1024->4096, 4096->4096, 4096->1024 with biases), one
+/// seed and range per tensor, so every benchmark (CPU, GPU, warm start) sees the same weights.
+template <class W1, class B1, class W2, class B2, class W3, class B3>
+void fill_w3_weights(W1& w1, B1& b1, W2& w2, B2& b2, W3& w3, B3& b3) {
+  w1.fill_random(11, -0.03f, 0.03f);
+  b1.fill_random(12);
+  w2.fill_random(13, -0.015f, 0.015f);
+  b2.fill_random(14);
+  w3.fill_random(15, -0.015f, 0.015f);
+  b3.fill_random(16);
+}
+
 /// Runs this binary with `args` (a fresh process: warm-start measurements); returns its first
 /// line of output (empty on failure).
 inline std::string run_child(const char* self, const std::string& args) {

@@ -7,6 +7,7 @@
 // models for sm_90.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -160,6 +161,25 @@ bool same_bits(const A& a, const B& b) {
   return true;
 }
 
+/// A layer's weights [K, C] and bias [C]: random on the host, uploaded once.
+template <std::size_t K, std::size_t C>
+struct layer_params {
+  fb::tensor<float, fb::shape<K, C>> m;
+  fb::tensor<float, fb::shape<C>> b;
+  fb::cuda::tensor<float, fb::shape<K, C>> dm;
+  fb::cuda::tensor<float, fb::shape<C>> db;
+  layer_params(std::uint64_t seed, float weight_range, float bias_range = 1.0f)
+      : m(random<decltype(m)>(seed, weight_range)), b(random<decltype(b)>(seed + 1, bias_range)), dm(m), db(b) {}
+
+ private:
+  template <class H>
+  static H random(std::uint64_t seed, float range) {
+    H h;
+    h.fill_random(seed, -range, range);
+    return h;
+  }
+};
+
 }  // namespace
 
 TEST_CASE("CUDA: reduce_overhead replays CUDA graphs: same bits as the default mode; new data, tensors, sizes",
@@ -168,12 +188,8 @@ TEST_CASE("CUDA: reduce_overhead replays CUDA graphs: same bits as the default m
   // Sizes no other case here uses, so the device block cache hands a freed output block back.
   constexpr std::size_t K = 88, C = 72;
   using X = fb::cuda::tensor<float, fb::shape<fb::dyn, K>>;
-  fb::tensor<float, fb::shape<K, C>> m;
-  fb::tensor<float, fb::shape<C>> b;
-  m.fill_random(31, -0.2f, 0.2f);
-  b.fill_random(32);
-  const fb::cuda::tensor<float, fb::shape<K, C>> dm(m);
-  const fb::cuda::tensor<float, fb::shape<C>> db(b);
+  const layer_params<K, C> w(31, 0.2f);
+  const auto& [m, b, dm, db] = w;
   auto graphs = fb::compile(mlp, fb::options{.mode = fb::mode::reduce_overhead});
   auto plain = fb::compile(mlp);
   auto& counters = fb::jit::counters();
@@ -225,12 +241,8 @@ TEST_CASE("CUDA: reduce_overhead: the graph cap updates graphs in place; scalars
   FUSEBOX_REQUIRE_GPU();
   constexpr std::size_t K = 40, C = 24;
   using X = fb::cuda::tensor<float, fb::shape<fb::dyn, K>>;
-  fb::tensor<float, fb::shape<K, C>> m;
-  fb::tensor<float, fb::shape<C>> b;
-  m.fill_random(41, -0.3f, 0.3f);
-  b.fill_random(42);
-  const fb::cuda::tensor<float, fb::shape<K, C>> dm(m);
-  const fb::cuda::tensor<float, fb::shape<C>> db(b);
+  const layer_params<K, C> w(41, 0.3f);
+  const auto& [m, b, dm, db] = w;
   auto& counters = fb::jit::counters();
 
   // Cap 2, three live input tensors: the third call writes over the older graph of its shape.
@@ -279,12 +291,8 @@ TEST_CASE("CUDA: reduce_overhead: the graph cap updates graphs in place; scalars
 TEST_CASE("CUDA: max_autotune times cuBLASLt's candidates once per problem, then replays graphs", "[cuda][autotune]") {
   FUSEBOX_REQUIRE_GPU();
   constexpr std::size_t K = 136, C = 104;  // a problem no other case tunes
-  fb::tensor<float, fb::shape<K, C>> m;
-  fb::tensor<float, fb::shape<C>> b;
-  m.fill_random(51, -0.2f, 0.2f);
-  b.fill_random(52);
-  const fb::cuda::tensor<float, fb::shape<K, C>> dm(m);
-  const fb::cuda::tensor<float, fb::shape<C>> db(b);
+  const layer_params<K, C> w(51, 0.2f);
+  const auto& [m, b, dm, db] = w;
   auto& tuner = fb::jit::lt_tuner::instance();
   const auto tuned0 = tuner.timed() + tuner.from_disk();
   auto tuned = fb::compile(mlp, fb::options{.mode = fb::mode::max_autotune});
@@ -337,14 +345,23 @@ TEST_CASE("CUDA: matmul + bias runs as one cuBLASLt call with its bias epilogue"
   auto affine = [](auto x, auto m, auto b) { return fb::matmul(x, m) + b; };
   auto affine_swapped = [](auto x, auto m, auto b) { return b + fb::matmul(x, m); };
   constexpr std::size_t K = 72, C = 56;
-  fb::tensor<float, fb::shape<K, C>> m;
-  fb::tensor<float, fb::shape<C>> b;
-  m.fill_random(71, -0.3f, 0.3f);
-  b.fill_random(72, -2.0f, 2.0f);
-  const fb::cuda::tensor<float, fb::shape<K, C>> dm(m);
-  const fb::cuda::tensor<float, fb::shape<C>> db(b);
+  const layer_params<K, C> w(71, 0.3f, 2.0f);
+  const auto& [m, b, dm, db] = w;
   auto one = fb::compile(affine);
   auto two = fb::compile(affine_swapped);
+  // The path taken: cuBLASLt with its bias epilogue, and no epilogue kernel after it.
+  auto epilogue_path = [&](auto& f, const auto& dx) {
+    fb::profile::start();
+    (void)f(dx, dm, db).to_host();
+    fb::profile::stop();
+    bool lt_bias = false, epilogue_kernel = false;
+    for (const auto& e : fb::profile::events()) {
+      lt_bias = lt_bias || e.name == "cuBLASLt matmul + bias";
+      epilogue_kernel = epilogue_kernel || (e.category == "kernel" && e.name.rfind("matmul epilogue", 0) == 0);
+    }
+    fb::profile::clear();
+    return lt_bias && !epilogue_kernel;
+  };
   for (std::size_t rows : {std::size_t{1}, std::size_t{31}}) {
     fb::tensor<float, fb::shape<fb::dyn, K>> x(rows);
     x.fill_random(73 + rows);
@@ -359,6 +376,8 @@ TEST_CASE("CUDA: matmul + bias runs as one cuBLASLt call with its bias epilogue"
     INFO("rows " << rows);
     CHECK(worst(one(dx, dm, db).to_host(), r) < 1e-4);  // float sums of 72 products, as the mlp case
     CHECK(worst(two(dx, dm, db).to_host(), r) < 1e-4);
+    CHECK(epilogue_path(one, dx));
+    CHECK(epilogue_path(two, dx));
   }
 }
 
