@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -263,6 +264,25 @@ struct w3_weights {
   }
 };
 
+/// Where one call's device time goes (stderr): a call with profile::device_timing on, its steps
+/// summed by name, largest first. Profiling runs only (FUSEBOX_DEVICE_TIMES=1): it serialises.
+template <class F>
+void print_device_times(const char* workload, F&& call) {
+  if (!std::getenv("FUSEBOX_DEVICE_TIMES")) return;
+  fb::profile::start();
+  fb::profile::set_device_timing(true);
+  call();
+  fb::cuda::synchronize();
+  fb::profile::set_device_timing(false);
+  fb::profile::stop();
+  std::vector<std::pair<double, std::string>> steps;
+  double total = 0;
+  for (const auto& e : fb::profile::events())
+    if (e.category == "device") steps.emplace_back(e.duration_us, e.name), total += e.duration_us;
+  std::fprintf(stderr, "device time of one %s call: %.1f us in %zu steps\n", workload, total, steps.size());
+  for (const auto& [us, name] : steps) std::fprintf(stderr, "  %8.1f us  %s\n", us, name.substr(0, 150).c_str());
+}
+
 /// W3 at batch 1, 32, 256 in one mode and storage type: one compiled function (batch `dyn`).
 template <class T>
 void run_w3(const limits& lim, fb::mode mode, bool quick) {
@@ -284,6 +304,7 @@ void run_w3(const limits& lim, fb::mode mode, bool quick) {
     const double first = seconds(t0);
     const auto t = time_host([&] { y = fast(dx, d.w1, d.b1, d.w2, d.b2, d.w3, d.b3); }, quick);
     const auto yh = y.to_host();
+    if (mode == fb::mode::default_) print_device_times("W3", [&] { y = fast(dx, d.w1, d.b1, d.w2, d.b2, d.w3, d.b3); });
     std::vector<double> got, ref;
     for (std::size_t row : {std::size_t{0}, batch - 1}) {
       const auto r = w.reference_row(x, row);
@@ -353,6 +374,7 @@ void run_w4(const limits& lim, fb::mode mode, bool quick) {
   const double first = seconds(t0);
   const auto t = time_host([&] { y = call(); }, quick);
   const auto yh = y.to_host();
+  if (mode == fb::mode::default_) print_device_times("W4", [&] { y = call(); });
 
   // Double reference for tokens 0 and T-1 of sequence 0.
   auto norm = [&](const std::vector<double>& v, const auto& g, const auto& b) {

@@ -240,7 +240,7 @@ class compiled {
     }(std::make_index_sequence<std::tuple_size_v<Outs>>{});
     cpu::bind_outputs<Prog>(f, outs);
     using dyn_t = jit::dynamic_function<Prog, jit::cuda_target>;
-    const auto concrete = jit::specialise(dyn_t::padded(Prog::graph::nodes), facts.extents);
+    const auto concrete = jit::specialise(prog->graph, facts.extents);
     cpu::frame<typename Prog::value_type, dyn_t::NB> g;
     for (std::size_t i = 0; i < Prog::N; ++i) {
       g.loc[i] = f.loc[i];

@@ -211,6 +211,35 @@ inline void instant(std::string_view name, std::string_view category = "fusebox"
   r.events.push_back(std::move(e));
 }
 
+/// Records a span whose duration was measured elsewhere (a kernel's device time from CUDA
+/// events): it ends now and lasted `duration_us`.
+inline void add_span(std::string_view name, std::string_view category, double duration_us, std::string_view info = {}) {
+  auto& r = detail::state();
+  if (!r.active.load(std::memory_order_relaxed)) return;
+  const auto now = detail::clock::now();
+  std::lock_guard lock(r.mutex);
+  if (!r.active.load(std::memory_order_relaxed)) return;
+  if (r.events.size() >= max_events) {
+    ++r.dropped;
+    return;
+  }
+  r.events.push_back(event{std::string(name), std::string(category), std::string(info),
+                           detail::micros(now - r.epoch) - duration_us, duration_us, detail::thread_number(), false});
+}
+
+/// Device timing: while on (and recording), each CUDA kernel, cuBLASLt call and copy of a
+/// compiled call that runs outside a CUDA graph is bracketed by events, and the call waits for
+/// its work and records one "device" span per step with its time on the GPU. It serialises the
+/// host with the device, so it is for finding where the time goes, not for timing throughput.
+inline std::atomic<bool>& device_timing_flag() {
+  static std::atomic<bool> on{false};
+  return on;
+}
+inline void set_device_timing(bool on) { device_timing_flag().store(on, std::memory_order_relaxed); }
+inline bool device_timing() noexcept {
+  return device_timing_flag().load(std::memory_order_relaxed) && active();
+}
+
 /// Records the time from construction to destruction as one span. Names are copied only when
 /// recording is on.
 class scoped_span {

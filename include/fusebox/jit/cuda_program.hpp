@@ -61,6 +61,7 @@ struct cuda_runtime {
 
 template <class T, std::size_t N>
 struct cuda_program {
+  std::array<ir::node, N> graph{};  ///< the model's graph, duplicates merged (jit/merge.hpp), generic extents
   std::array<ir::node, N> nodes{};
   plan::plan_t<N> plan{};
   std::array<bool, N> unit_inner{};
@@ -75,7 +76,7 @@ struct cuda_program {
   void run(cpu::frame<T, N>& f, const std::array<ir::node, N>& concrete, cuda_runtime& rt) const {
     plan::plan_t<N> p = plan;
     bind(f, p, concrete, rt);
-    enqueue(f, p, concrete, rt.stream.get(), rt.autotune);
+    enqueue(f, p, concrete, rt.stream.get(), rt.autotune, profile::device_timing());
   }
 
   /// The same call replayed from a CUDA graph (mode::reduce_overhead and max_autotune), recorded
@@ -146,12 +147,27 @@ struct cuda_program {
   }
 
   /// Queues the call's kernels, matmuls and copies on `on`, in plan order; `tune`: products take
-  /// max_autotune's algorithm choice.
+  /// max_autotune's algorithm choice; `timing` (never while capturing a graph): each step's device
+  /// time becomes a profile span, waiting for the call's work.
   void enqueue(const cpu::frame<T, N>& f, const plan::plan_t<N>& p, const std::array<ir::node, N>& concrete,
-               cuda::CUstream on, bool tune) const {
+               cuda::CUstream on, bool tune, bool timing = false) const {
     const cuda::device_info& dev = cuda::current_device();
+    // profile::device_timing(): events around each step, read once the call's work is done.
+    struct timed_step {
+      std::string name;
+      cuda::event start, stop;
+    };
+    std::vector<timed_step> timed;
     for (int k = 0; k < p.n_kernels; ++k) {
       const plan::kernel& kn = p.kernels[k];
+      if (timing) {
+        timed.emplace_back();
+        timed.back().name = kn.kind == plan::kernel_kind::matmul ? "matmul " + std::to_string(k) + ": " +
+                                                                       describe_matmul(concrete, kn)
+                            : kn.kind == plan::kernel_kind::copy ? std::string("copy")
+                                                                 : kernels[k].summary;
+        timed.back().start.record(on);
+      }
       switch (kn.kind) {
         case plan::kernel_kind::rows:
         case plan::kernel_kind::reduce_cols: launch(f, p, concrete, k, kn, dev, on); break;
@@ -166,7 +182,16 @@ struct cuda_program {
           throw invalid_argument("fusebox: a graph break (opaque user function or item()) in a model compiled for "
                                  "the CUDA backend; the CUDA backend runs whole graphs only");
       }
+      if (timing) timed.back().stop.record(on);
     }
+    for (timed_step& t : timed) profile::add_span(t.name, "device", 1000.0 * cuda::elapsed_ms(t.start, t.stop));
+  }
+
+  /// "[B] MxK · KxN" of matmul kernel kn, for device-timing spans.
+  std::string describe_matmul(const std::array<ir::node, N>& concrete, const plan::kernel& kn) const {
+    const auto s = host::mm_sizes(concrete, kn.node);
+    return "[" + std::to_string(s[0]) + "] " + std::to_string(s[1]) + "x" + std::to_string(s[3]) + " * " +
+           std::to_string(s[3]) + "x" + std::to_string(s[2]) + (kn.group >= 0 ? " + epilogue" : "");
   }
 
 

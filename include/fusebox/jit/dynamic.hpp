@@ -22,6 +22,7 @@
 #include "fusebox/jit/cuda_program.hpp"
 #include "fusebox/jit/guard.hpp"
 #include "fusebox/jit/kernel_store.hpp"
+#include "fusebox/jit/merge.hpp"
 #include "fusebox/jit/program.hpp"
 #include "fusebox/jit/specialize.hpp"
 #include "fusebox/options.hpp"
@@ -64,7 +65,7 @@ class dynamic_function {
   /// Runs program p on a frame of Prog (inputs, payloads and outputs bound) for these extents.
   static void execute(const program_t& p, typename Prog::frame_t& f, const std::vector<dims>& extents,
                       cpu::runtime& rt) {
-    const auto concrete = specialise(padded(Prog::graph::nodes), extents);
+    const auto concrete = specialise(p.graph, extents);
     cpu::frame<T, NB> g;
     for (std::size_t i = 0; i < N; ++i) {
       g.loc[i] = f.loc[i];
@@ -98,6 +99,7 @@ class dynamic_function {
       for (std::size_t d = 0; d < n.desc.shape.rank; ++d)
         if (n.desc.shape.extent[d] == dyn) c.dyn_mask[a] |= 1u << d;
     }
+    c.payload_class = payload_classes<T>(Prog::nodes, f.payload, f.loc.data());
     return c;
   }
 
@@ -191,7 +193,8 @@ class dynamic_function {
   /// memory has unit inner stride.
   template <class P>
   static void specialise_into(P& p, const guard& g) {
-    p.nodes = specialise(padded(Prog::graph::nodes), g.pattern);
+    p.graph = merge_duplicates(padded(Prog::graph::nodes), g.payload_class, Prog::graph::outputs);
+    p.nodes = specialise(p.graph, g.pattern);
     p.plan = plan::make_plan(p.nodes, Prog::graph::outputs, sizeof(T));
     p.key = describe_graph(p.nodes);
     // Which memory has unit inner stride: arguments as guarded; our own buffers always; a

@@ -49,6 +49,7 @@ struct call_facts {
   std::vector<dims> extents;  ///< per argument (rank 0 for non-tensor arguments)
   std::vector<bool> unit_inner, aligned;
   std::vector<std::uint32_t> dyn_mask;  ///< per argument: bit d set when dimension d is `dyn` in the type
+  std::vector<int> payload_class;       ///< per node: which payload values are equal (jit/merge.hpp)
 };
 
 class guard {
@@ -56,6 +57,7 @@ class guard {
   std::vector<dims> pattern;  ///< per argument: known extents, or symbol(k)
   std::vector<bool> unit_inner, aligned;
   std::vector<std::size_t> symbol_min, symbol_max;  ///< per symbol
+  std::vector<int> payload_class;  ///< per node: the equal payload values the program merged
 
   std::size_t symbols() const { return symbol_min.size(); }
 
@@ -86,6 +88,14 @@ class guard {
       if (aligned[a] != c.aligned[a])
         return fail(why, "argument " + std::to_string(a) + ": 64-byte alignment " + (aligned[a] ? "lost" : "gained"));
     }
+    for (std::size_t i = 0; i < payload_class.size() && i < c.payload_class.size(); ++i)
+      if (payload_class[i] != c.payload_class[i]) {
+        const bool was_merged = payload_class[i] != static_cast<int>(i);
+        const int other = was_merged ? payload_class[i] : c.payload_class[i];
+        return fail(why, "the scalar or captured tensor of node " + std::to_string(i) + (was_merged ? " was" : " was not") +
+                             " equal to that of node " + std::to_string(other) + " (one computation serves both), now " +
+                             (was_merged ? "differs" : "is equal"));
+      }
     return true;
   }
 
@@ -110,6 +120,7 @@ inline guard next_guard(const call_facts& c, fusebox::dynamic policy, const std:
   g.pattern = c.extents;
   g.unit_inner = c.unit_inner;
   g.aligned = c.aligned;
+  g.payload_class = c.payload_class;
   auto hinted = [&](std::size_t a, std::size_t d) -> const dim_hint* {
     for (const auto& h : hints)
       if (h.arg == a && h.dim == d) return &h;

@@ -33,6 +33,7 @@ struct kernel_binary {
 
 template <class T, std::size_t N>
 struct program {
+  std::array<ir::node, N> graph{};  ///< the model's graph, duplicates merged (jit/merge.hpp), generic extents
   std::array<ir::node, N> nodes{};  ///< the specialisation (symbolic extents where the guard allows any)
   plan::plan_t<N> plan{};
   std::array<bool, N> unit_inner{};
