@@ -5,6 +5,7 @@
 #include "fusebox/core/errors.hpp"
 #include "fusebox/core/shape.hpp"
 #include "fusebox/core/tensor.hpp"
+#include "fusebox/ops/attention.hpp"
 #include "fusebox/ops/capture.hpp"
 #include "fusebox/ops/composite.hpp"
 #include "fusebox/ops/elementwise.hpp"

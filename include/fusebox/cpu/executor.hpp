@@ -29,6 +29,7 @@
 
 #include "fusebox/core/tensor.hpp"
 #include "fusebox/cpu/addressing.hpp"
+#include "fusebox/cpu/attention.hpp"
 #include "fusebox/cpu/gemm.hpp"
 #include "fusebox/cpu/simd.hpp"
 #include "fusebox/cpu/thread_pool.hpp"
@@ -158,6 +159,11 @@ struct program {
           case node_kind::matmul:
             s = fusebox::detail::matmul_shape(shape_at(f, nd.inputs[0]), shape_at(f, nd.inputs[1])).out;
             break;
+          case node_kind::attention:
+            s = fusebox::detail::attention_shape(shape_at(f, nd.inputs[0]), shape_at(f, nd.inputs[1]),
+                                                 shape_at(f, nd.inputs[2]), nd.desc.axis == 1)
+                    .out;
+            break;
           default:
             s = nd.desc.shape;
         }
@@ -208,6 +214,7 @@ struct program {
     else if constexpr (kn.kind == plan::kernel_kind::reduce_cols) run_reduce_cols<K>(f);
     else if constexpr (kn.kind == plan::kernel_kind::matmul) run_matmul<K>(f);
     else if constexpr (kn.kind == plan::kernel_kind::opaque) run_opaque<K>(f);
+    else if constexpr (kn.kind == plan::kernel_kind::attention) run_attention<K>(f);
     else run_copy<K>(f);
   }
 
@@ -669,6 +676,13 @@ struct program {
       f.loc[I] = out.view();
       bind_views(f);
     }
+  }
+
+  template <int K>
+  static void run_attention(frame_t& f) {
+    constexpr int I = plan.kernels[K].node;
+    cpu::attention(f.loc[nodes[I].inputs[0]], f.loc[nodes[I].inputs[1]], f.loc[nodes[I].inputs[2]], f.loc[I],
+                   nodes[I].desc.axis == 1, *f.pool);
   }
 
   template <int K>

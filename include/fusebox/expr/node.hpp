@@ -29,10 +29,11 @@
 
 namespace fusebox {
 
-enum class node_kind : std::uint8_t { input, tensor, scalar, pointwise, reduce, matmul, view, opaque };
+enum class node_kind : std::uint8_t { input, tensor, scalar, pointwise, reduce, matmul, view, opaque, attention };
 
 constexpr const char* name(node_kind k) {
-  constexpr const char* names[] = {"input", "tensor", "scalar", "pointwise", "reduce", "matmul", "view", "opaque"};
+  constexpr const char* names[] = {"input",  "tensor", "scalar", "pointwise", "reduce",
+                                   "matmul", "view",   "opaque", "attention"};
   return names[static_cast<int>(k)];
 }
 
@@ -41,7 +42,7 @@ struct node_desc {
   node_kind kind = node_kind::pointwise;
   const char* name = "";
   dims shape{};
-  int axis = -1;                ///< reductions: the reduced dimension (normalised, >= 0)
+  int axis = -1;                ///< reductions: the reduced dimension (normalised, >= 0); attention: 1 if causal
   bool keepdim = false;         ///< reductions
   int flops = 0;                ///< per output element, for reports and fusion heuristics
   std::size_t input_index = 0;  ///< input leaves: which argument
@@ -239,6 +240,64 @@ struct matmul_node : expr_base {
   const auto& child() const {
     if constexpr (I == 0) return a;
     else return b;
+  }
+};
+
+namespace detail {
+struct attention_shape_result {
+  dims out{};
+  bool rank_ok = true;     // q, k, v all rank 4: [batch, tokens, heads, head dim]
+  bool extents_ok = true;  // batch and heads equal, k and v the same tokens, q and k the same head dim
+  bool causal_ok = true;   // causal: as many queries as keys
+};
+constexpr bool same_extent(std::size_t a, std::size_t b) { return a == b || !is_known_extent(a) || !is_known_extent(b); }
+constexpr attention_shape_result attention_shape(const dims& q, const dims& k, const dims& v, bool causal) {
+  attention_shape_result r;
+  if (q.rank != 4 || k.rank != 4 || v.rank != 4) {
+    r.rank_ok = false;
+    return r;
+  }
+  r.extents_ok = same_extent(q.extent[0], k.extent[0]) && same_extent(q.extent[0], v.extent[0]) &&
+                 same_extent(q.extent[2], k.extent[2]) && same_extent(q.extent[2], v.extent[2]) &&
+                 same_extent(k.extent[1], v.extent[1]) && same_extent(q.extent[3], k.extent[3]);
+  r.causal_ok = !causal || same_extent(q.extent[1], k.extent[1]);
+  r.out = dims{4, {q.extent[0], q.extent[1], q.extent[2], v.extent[3]}};
+  return r;
+}
+}  // namespace detail
+
+/// Scaled dot-product attention over [batch, tokens, heads, head dim] operands (flash-attn's
+/// layout: heads next to each other in a token's row, so a projection's output is q as it is, and
+/// the result is the concatenated heads): softmax(q·kᵀ / sqrt(head dim), causal mask) · v per
+/// batch and head, in one kernel (the scores are never stored). Causal is part of the type.
+template <class Q, class K, class V, bool Causal>
+struct attention_node : expr_base {
+  static constexpr auto rule = detail::attention_shape(Q::desc.shape, K::desc.shape, V::desc.shape, Causal);
+  static_assert(static_check::attention_shapes<detail::shape_type_of<Q>, detail::shape_type_of<K>,
+                                               detail::shape_type_of<V>, rule.rank_ok && rule.extents_ok>::value);
+  static_assert(static_check::attention_causal<detail::shape_type_of<Q>, detail::shape_type_of<K>, rule.causal_ok>::value);
+  static_assert(std::is_same_v<typename Q::value_type, typename K::value_type> &&
+                    std::is_same_v<typename Q::value_type, typename V::value_type>,
+                "fusebox: attention(q, k, v): q, k and v must hold the same element type");
+  using value_type = typename Q::value_type;
+  using children = meta::type_list<Q, K, V>;
+  static constexpr bool causal = Causal;
+  static constexpr std::size_t keys = K::desc.shape.rank == 4 ? K::desc.shape.extent[1] : 0;
+  static constexpr std::size_t head = Q::desc.shape.rank == 4 ? Q::desc.shape.extent[3] : 0;
+  static constexpr node_desc desc{node_kind::attention, "attention", rule.out, Causal ? 1 : 0, false,
+                                  keys == dyn || head == dyn ? 0 : static_cast<int>(4 * keys * head)};
+  static constexpr bool has_payload = Q::has_payload || K::has_payload || V::has_payload;
+  static constexpr bool symbolic = Q::symbolic || K::symbolic || V::symbolic;
+  static constexpr bool fullgraph = Q::fullgraph || K::fullgraph || V::fullgraph;
+  Q q;
+  K k;
+  V v;
+
+  template <std::size_t I>
+  const auto& child() const {
+    if constexpr (I == 0) return q;
+    else if constexpr (I == 1) return k;
+    else return v;
   }
 };
 

@@ -55,4 +55,21 @@ struct reshape_size_mismatch {
   static constexpr bool value = Ok;
 };
 
+template <class ShapeQ, class ShapeK, class ShapeV, bool Ok>
+struct attention_shapes {
+  static_assert(Ok,
+                "fusebox: attention(q, k, v): q, k and v are [batch, tokens, heads, head dim] (shapes above): batch "
+                "and heads must be equal, k and v must have the same tokens, q and k the same head dim. Fix: for "
+                "[batch, heads, tokens, head dim] tensors (PyTorch's SDPA layout), pass transpose<1, 2>(q) etc.");
+  static constexpr bool value = Ok;
+};
+
+template <class ShapeQ, class ShapeK, bool Ok>
+struct attention_causal {
+  static_assert(Ok,
+                "fusebox: attention(q, k, v, causal): a causal mask needs as many queries as keys (q and k shapes "
+                "above); for queries that continue a longer key sequence, pass the mask as part of the model");
+  static constexpr bool value = Ok;
+};
+
 }  // namespace fusebox::static_check

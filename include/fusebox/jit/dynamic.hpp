@@ -166,6 +166,10 @@ class dynamic_function {
              (ops.empty() ? "" : ", generated epilogue(" + ops + ")");
       else if (kn.kind == plan::kernel_kind::opaque) s += "opaque (user function: graph break), on the host";
       else if (kn.kind == plan::kernel_kind::copy) s += "copy, on the host";
+      else if (kn.kind == plan::kernel_kind::attention)
+        s += std::string(p.nodes[kn.node].desc.axis == 1 ? "causal " : "") + "attention " +
+             to_string(p.nodes[p.nodes[kn.node].inputs[0]].desc.shape) + " x " +
+             to_string(p.nodes[p.nodes[kn.node].inputs[1]].desc.shape) + ", online softmax, on the host";
       else s += "generated: " + p.kernels[k].summary + "; ops " + ops;
       s += "; threads " + std::to_string(threads) + "\n";
     }
@@ -267,8 +271,15 @@ class dynamic_function {
     std::vector<rendered_cuda_kernel> rs;
     std::vector<int> which;
     for (int k = 0; k < p->plan.n_kernels; ++k) {
-      if (!generated(p->plan.kernels[k])) continue;
-      rs.push_back(render_cuda_kernel(p->nodes, p->plan, k, p->storage, p->unit_inner));
+      const plan::kernel& kn = p->plan.kernels[k];
+      if (kn.kind == plan::kernel_kind::attention) {
+        const ir::node& n = p->nodes[kn.node];
+        rs.push_back(render_cuda_attention(n, p->nodes[n.inputs[0]], p->nodes[n.inputs[2]], p->storage));
+      } else if (generated(kn)) {
+        rs.push_back(render_cuda_kernel(p->nodes, p->plan, k, p->storage, p->unit_inner));
+      } else {
+        continue;
+      }
       which.push_back(k);
     }
     if (!rs.empty()) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "fusebox/cpu/addressing.hpp"
+#include "fusebox/cpu/attention.hpp"
 #include "fusebox/cpu/gemm.hpp"
 #include "fusebox/cpu/invoke.hpp"
 #include "fusebox/jit/kernel_abi.hpp"
@@ -83,6 +84,12 @@ struct program {
           bind_views(nodes, f, concrete);
           break;
         case plan::kernel_kind::copy: cpu::strided_copy(f.loc[kn.node], f.copy_to[kn.node]); break;
+        case plan::kernel_kind::attention: {
+          const ir::node& n = nodes[kn.node];
+          cpu::attention(f.loc[n.inputs[0]], f.loc[n.inputs[1]], f.loc[n.inputs[2]], f.loc[kn.node], n.desc.axis == 1,
+                         *rt.pool);
+          break;
+        }
       }
     }
   }

@@ -51,6 +51,17 @@ std::array<ir::node, N> specialise(const std::array<ir::node, N>& generic, const
         n.desc.shape = r.out;
         break;
       }
+      case node_kind::attention: {
+        const auto r = fusebox::detail::attention_shape(in(0), in(1), in(2), n.desc.axis == 1);
+        if (!r.rank_ok || !r.extents_ok || !r.causal_ok)
+          throw shape_error("attention: q is " + to_string(in(0)) + ", k is " + to_string(in(1)) + ", v is " +
+                                to_string(in(2)) + "; need [batch, tokens, heads, head dim] with equal batch and "
+                                "heads, k and v the same tokens, q and k the same head dim" +
+                                (r.causal_ok ? "" : ", and as many queries as keys for the causal mask"),
+                            std::source_location{});
+        n.desc.shape = r.out;
+        break;
+      }
       case node_kind::view:
         if (n.desc.view_a >= 0) {
           dims s = in(0);

@@ -33,10 +33,10 @@
 
 namespace fusebox::plan {
 
-enum class kernel_kind : std::uint8_t { rows, reduce_cols, matmul, opaque, copy };
+enum class kernel_kind : std::uint8_t { rows, reduce_cols, matmul, opaque, copy, attention };
 
 constexpr const char* name(kernel_kind k) {
-  constexpr const char* names[] = {"rows", "reduce_cols", "matmul", "opaque", "copy"};
+  constexpr const char* names[] = {"rows", "reduce_cols", "matmul", "opaque", "copy", "attention"};
   return names[static_cast<int>(k)];
 }
 
@@ -45,7 +45,7 @@ inline constexpr std::size_t no_offset = static_cast<std::size_t>(-1);
 struct kernel {
   kernel_kind kind = kernel_kind::rows;
   int group = -1;     ///< rows / reduce_cols: the group; matmul: the epilogue group or -1
-  int node = -1;      ///< matmul, reduce_cols, opaque, copy: the node it computes
+  int node = -1;      ///< matmul, reduce_cols, opaque, copy, attention: the node it computes
   dims space{};       ///< the index space its loops run over
   int passes = 0;     ///< rows: number of reduction passes before the output pass
   int cached = 0;     ///< rows: nodes kept in the row scratch
@@ -271,7 +271,7 @@ constexpr plan_t<N> make_plan(const std::array<ir::node, N>& nodes, const std::a
   for (int i = 0; i < n; ++i) {
     const node_kind k = nodes[i].desc.kind;
     bool m = p.is_output[i] || ir::is_leaf_kind(k) || k == node_kind::matmul || k == node_kind::view ||
-             k == node_kind::opaque;
+             k == node_kind::opaque || k == node_kind::attention;
     for (int c = 0; c < n && !m; ++c)
       if (g.consumers_of[i][c] && (p.group[c] < 0 || p.group[c] != p.group[i])) m = true;
     p.materialised[i] = m;
@@ -282,9 +282,10 @@ constexpr plan_t<N> make_plan(const std::array<ir::node, N>& nodes, const std::a
   // A view reads its input's memory.
   for (int i = 0; i < n; ++i)
     if (nodes[i].desc.kind == node_kind::view) p.materialised[nodes[i].inputs[0]] = true;
-  // Matmul and opaque operands must be in memory.
+  // Matmul, attention and opaque operands must be in memory.
   for (int i = 0; i < n; ++i)
-    if (nodes[i].desc.kind == node_kind::matmul || nodes[i].desc.kind == node_kind::opaque)
+    if (nodes[i].desc.kind == node_kind::matmul || nodes[i].desc.kind == node_kind::opaque ||
+        nodes[i].desc.kind == node_kind::attention)
       for (int k = 0; k < nodes[i].n_inputs; ++k) p.materialised[nodes[i].inputs[k]] = true;
 
   for (int i = 0; i < n; ++i)
@@ -321,7 +322,7 @@ constexpr plan_t<N> make_plan(const std::array<ir::node, N>& nodes, const std::a
     unit[i] = -1;
     const node_kind k = nodes[i].desc.kind;
     if (p.group[i] >= 0) unit[i] = epilogue_of_group[p.group[i]] >= 0 ? epilogue_of_group[p.group[i]] : p.group[i];
-    else if (k == node_kind::matmul || k == node_kind::opaque) unit[i] = i;
+    else if (k == node_kind::matmul || k == node_kind::opaque || k == node_kind::attention) unit[i] = i;
   }
   // Views and leaves need no kernel; a view's readers depend on what the view looks at.
   auto source = [&](int i) {
@@ -355,8 +356,8 @@ constexpr plan_t<N> make_plan(const std::array<ir::node, N>& nodes, const std::a
       k.node = pick;
       k.group = epilogue_for_matmul[pick];
       k.space = nodes[pick].desc.shape;
-    } else if (nk == node_kind::opaque) {
-      k.kind = kernel_kind::opaque;
+    } else if (nk == node_kind::opaque || nk == node_kind::attention) {
+      k.kind = nk == node_kind::opaque ? kernel_kind::opaque : kernel_kind::attention;
       k.node = pick;
       k.space = nodes[pick].desc.shape;
     } else if (g.kind[pick] == 2) {

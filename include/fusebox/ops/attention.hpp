@@ -1,0 +1,60 @@
+// ops/attention.hpp: scaled dot-product attention, one fused op.
+//
+//   auto o = attention(q, k, v);          // softmax(q·kᵀ / sqrt(E)) · v
+//   auto o = attention(q, k, v, causal);  // key j > query i masked out
+//
+// q [B, Tq, H, E], k [B, Tk, H, E], v [B, Tk, H, Ev] → [B, Tq, H, Ev]: flash-attn's layout
+// (flash_attn_func, xformers' BMHK), in which a projection's output [B*T, H*E] reshaped is q as it
+// is and the result reshaped to [B*T, H*Ev] is the heads concatenated, ready for the output
+// projection: no transposes, no copies. For PyTorch's [B, H, T, E] tensors pass transpose<1, 2>
+// views. The scale is 1/sqrt(E) as in torch's scaled_dot_product_attention; scale q for another.
+// The scores are never stored: the CUDA backend runs one flash-attention kernel (tensor cores
+// for 16-bit storage), the CPU an online softmax per query row.
+// Depends on: ops/operand.hpp.
+#pragma once
+
+#include <source_location>
+
+#include "fusebox/ops/operand.hpp"
+
+namespace fusebox {
+
+/// The causal mask flag of attention(); part of the node's type (another kernel).
+struct causal_t {
+  explicit constexpr causal_t() = default;
+};
+inline constexpr causal_t causal{};
+
+namespace detail {
+template <bool Causal, class Q, class K, class V>
+auto make_attention(const Q& q, const K& k, const V& v, const std::source_location& loc) {
+  using T = typename common_element<Q>::type;
+  using EQ = decltype(as_expr<T>(q));
+  using EK = decltype(as_expr<T>(k));
+  using EV = decltype(as_expr<T>(v));
+  attention_node<EQ, EK, EV, Causal> e{{}, as_expr<T>(q), as_expr<T>(k), as_expr<T>(v)};
+  if constexpr (!EQ::desc.shape.is_static() || !EK::desc.shape.is_static() || !EV::desc.shape.is_static()) {
+    const dims sq = runtime_shape(e.q), sk = runtime_shape(e.k), sv = runtime_shape(e.v);
+    const auto r = attention_shape(sq, sk, sv, Causal);
+    if (!r.rank_ok || !r.extents_ok || !r.causal_ok)
+      throw shape_error("attention: q is " + to_string(sq) + ", k is " + to_string(sk) + ", v is " + to_string(sv) +
+                            "; need [batch, tokens, heads, head dim] with equal batch and heads, k and v the same "
+                            "tokens, q and k the same head dim" +
+                            (r.causal_ok ? "" : ", and as many queries as keys for the causal mask"),
+                        loc);
+  }
+  return finish(e);
+}
+}  // namespace detail
+
+template <array_operand Q, array_operand K, array_operand V>
+auto attention(const Q& q, const K& k, const V& v, std::source_location loc = std::source_location::current()) {
+  return detail::make_attention<false>(q, k, v, loc);
+}
+
+template <array_operand Q, array_operand K, array_operand V>
+auto attention(const Q& q, const K& k, const V& v, causal_t, std::source_location loc = std::source_location::current()) {
+  return detail::make_attention<true>(q, k, v, loc);
+}
+
+}  // namespace fusebox
