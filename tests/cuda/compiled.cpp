@@ -381,6 +381,54 @@ TEST_CASE("CUDA: matmul + bias runs as one cuBLASLt call with its bias epilogue"
   }
 }
 
+TEST_CASE("CUDA: relu and tanh-GELU after matmul (+ bias) run in cuBLASLt's epilogue; erf GELU does not",
+          "[cuda]") {
+  FUSEBOX_REQUIRE_GPU();
+  constexpr std::size_t K = 64, C = 48, R = 37;
+  const layer_params<K, C> w(81, 0.3f, 1.0f);
+  const auto& [m, b, dm, db] = w;
+  fb::tensor<float, fb::shape<fb::dyn, K>> x(R);
+  x.fill_random(82);
+  const fb::cuda::tensor<float, fb::shape<fb::dyn, K>> dx(x);
+  std::vector<double> u(R * C);  // x·m + b in double
+  for (std::size_t i = 0; i < R; ++i)
+    for (std::size_t j = 0; j < C; ++j) {
+      double acc = b.flat(j);
+      for (std::size_t k = 0; k < K; ++k) acc += static_cast<double>(x.flat(i * K + k)) * m.flat(k * C + j);
+      u[i * C + j] = acc;
+    }
+  auto tanh_gelu = [](double v) { return 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))); };
+  // Which span ran the product, and whether an epilogue kernel followed it.
+  auto path = [&](auto&& call) {
+    fb::profile::start();
+    call();
+    fb::cuda::synchronize();
+    fb::profile::stop();
+    std::string lt;
+    bool epilogue_kernel = false;
+    for (const auto& e : fb::profile::events()) {
+      if (e.name.rfind("cuBLASLt", 0) == 0) lt = e.name;
+      epilogue_kernel = epilogue_kernel || (e.category == "kernel" && e.name.rfind("matmul epilogue", 0) == 0);
+    }
+    fb::profile::clear();
+    return lt + (epilogue_kernel ? " then an epilogue kernel" : "");
+  };
+  auto gelu_bias = fb::compile([](auto a, auto mm, auto bb) { return fb::gelu_tanh(fb::matmul(a, mm) + bb); });
+  auto relu_only = fb::compile([](auto a, auto mm) { return fb::relu(fb::matmul(a, mm)); });
+  auto erf_gelu = fb::compile(mlp);
+  fb::cuda::tensor<float, fb::shape<fb::dyn, C>> y(R);
+  CHECK(path([&] { y = gelu_bias(dx, dm, db); }) == "cuBLASLt matmul + bias + gelu_tanh");
+  std::vector<double> r(R * C);
+  for (std::size_t i = 0; i < r.size(); ++i) r[i] = tanh_gelu(u[i]);
+  CHECK(worst(y.to_host(), r) < 1e-4);
+  CHECK(path([&] { y = relu_only(dx, dm); }) == "cuBLASLt matmul + relu");
+  for (std::size_t i = 0; i < r.size(); ++i) r[i] = std::max(0.0, u[i] - b.flat(i % C));
+  CHECK(worst(y.to_host(), r) < 1e-4);
+  CHECK(path([&] { y = erf_gelu(dx, dm, db); }) == "cuBLASLt matmul then an epilogue kernel");
+  for (std::size_t i = 0; i < r.size(); ++i) r[i] = gelu(u[i]);
+  CHECK(worst(y.to_host(), r) < 1e-4);
+}
+
 TEST_CASE("CUDA: transposed matmul operands are read by cuBLASLt as they are, batched too", "[cuda]") {
   FUSEBOX_REQUIRE_GPU();
   // a · wᵀ (a linear layer stored [out, in]), aᵀ · b, and batched q · kᵀ (attention scores).
@@ -501,6 +549,153 @@ TEST_CASE("CUDA: bfloat16 storage, float32 arithmetic: elementwise, row reductio
   }
 }
 
+namespace {
+/// softmax(q·kᵀ/sqrt(E), causal) · v in double for [B, T, H, E] host tensors (bfloat16-rounded
+/// values where `round`), every output element.
+template <class Q, class K, class V, class R>
+std::vector<double> attention_reference(const Q& q, const K& k, const V& v, bool causal, R round) {
+  const auto qs = q.extents(), ks = k.extents(), vs = v.extents();
+  const std::size_t B = qs[0], T = qs[1], H = qs[2], E = qs[3], TK = ks[1], EV = vs[3];
+  std::vector<double> out(B * T * H * EV, 0.0);
+  for (std::size_t b = 0; b < B; ++b)
+    for (std::size_t h = 0; h < H; ++h)
+      for (std::size_t i = 0; i < T; ++i) {
+        std::vector<double> s(TK, 0.0);
+        double mx = -1e300, sum = 0;
+        const std::size_t keys = causal ? i + 1 : TK;
+        for (std::size_t j = 0; j < keys; ++j) {
+          double d = 0;
+          for (std::size_t e = 0; e < E; ++e)
+            d += round(q.flat(((b * T + i) * H + h) * E + e)) * round(k.flat(((b * TK + j) * H + h) * E + e));
+          s[j] = d / std::sqrt(static_cast<double>(E));
+          mx = std::max(mx, s[j]);
+        }
+        for (std::size_t j = 0; j < keys; ++j) sum += s[j] = std::exp(s[j] - mx);
+        for (std::size_t j = 0; j < keys; ++j)
+          for (std::size_t e = 0; e < EV; ++e)
+            out[((b * T + i) * H + h) * EV + e] += s[j] / sum * round(v.flat(((b * TK + j) * H + h) * EV + e));
+      }
+  return out;
+}
+
+/// Names of the device steps of one call (profile device timing).
+template <class F>
+std::vector<std::string> device_steps(F&& call) {
+  fb::profile::start();
+  fb::profile::set_device_timing(true);
+  call();
+  fb::cuda::synchronize();
+  fb::profile::set_device_timing(false);
+  fb::profile::stop();
+  std::vector<std::string> names;
+  for (const auto& e : fb::profile::events())
+    if (e.category == "device") names.push_back(e.name);
+  return names;
+}
+
+/// Largest |y - r| over max |r|: attention's outputs are averages of v, so the error is judged
+/// against v's scale, not element by element (an output near 0 has no relative precision).
+template <class Y>
+double scaled_error(const Y& y, const std::vector<double>& r) {
+  REQUIRE(y.size() == r.size());
+  double num = 0, den = 1e-30;
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    num = std::max(num, std::fabs(static_cast<double>(y.flat(i)) - r[i]));
+    den = std::max(den, std::fabs(r[i]));
+  }
+  return num / den;
+}
+}  // namespace
+
+TEST_CASE("CUDA: attention, flash kernel on tensor cores for bfloat16 and float16; generic for float32 and odd "
+          "head dims", "[cuda][attention]") {
+  FUSEBOX_REQUIRE_GPU();
+  using bf = fb::bfloat16;
+  auto round_bf = [](float v) { return static_cast<double>(bf::from_float(v).to_float()); };
+  auto exact = [](float v) { return static_cast<double>(v); };
+  auto full = [](auto q, auto k, auto v) { return fb::attention(q, k, v); };
+  auto masked = [](auto q, auto k, auto v) { return fb::attention(q, k, v, fb::causal); };
+  // 200 tokens: a partial last tile of 64 queries and of 64 keys.
+  constexpr std::size_t T = 200, H = 3, E = 64;
+  fb::tensor<float, fb::shape<fb::dyn, T, H, E>> q(2), k(2), v(2);
+  q.fill_random(61, -2.0f, 2.0f), k.fill_random(62, -2.0f, 2.0f), v.fill_random(63);
+  for (bool causal : {true, false}) {
+    INFO((causal ? "causal" : "full"));
+    const auto want_bf = attention_reference(q, k, v, causal, round_bf);
+    const fb::cuda::tensor<bf, fb::shape<fb::dyn, T, H, E>> dq(q), dk(k), dv(v);
+    fb::cuda::tensor<bf, fb::shape<fb::dyn, T, H, E>> y(2);
+    auto run = [&] { y = causal ? fb::compile(masked)(dq, dk, dv) : fb::compile(full)(dq, dk, dv); };
+    const auto steps = device_steps(run);
+    REQUIRE(steps.size() == 1);
+    CHECK(steps[0].find("tensor cores") != std::string::npos);
+    // P is rounded to bfloat16 for the P·V product (as flash attention does), and the output once.
+    CHECK(scaled_error(y.to_host(), want_bf) < 1.5e-2);
+    const fb::cuda::tensor<fb::float16, fb::shape<fb::dyn, T, H, E>> hq(q), hk(k), hv(v);
+    auto round_h = [](float x) { return static_cast<double>(fb::float16::from_float(x).to_float()); };
+    const auto yh = (causal ? fb::compile(masked)(hq, hk, hv) : fb::compile(full)(hq, hk, hv)).to_host();
+    CHECK(scaled_error(yh, attention_reference(q, k, v, causal, round_h)) < 2e-3);
+    const fb::cuda::tensor<float, fb::shape<fb::dyn, T, H, E>> fq(q), fk(k), fv(v);
+    const auto yf = (causal ? fb::compile(masked)(fq, fk, fv) : fb::compile(full)(fq, fk, fv)).to_host();
+    CHECK(scaled_error(yf, attention_reference(q, k, v, causal, exact)) < 1e-5);
+  }
+  // Head dims 40 and 24 in bfloat16: the generic entry.
+  fb::tensor<float, fb::shape<2, 33, 2, 40>> q2, k2;
+  fb::tensor<float, fb::shape<2, 33, 2, 24>> v2;
+  q2.fill_random(64, -2.0f, 2.0f), k2.fill_random(65, -2.0f, 2.0f), v2.fill_random(66);
+  const fb::cuda::tensor<bf, fb::shape<2, 33, 2, 40>> dq2(q2), dk2(k2);
+  const fb::cuda::tensor<bf, fb::shape<2, 33, 2, 24>> dv2(v2);
+  fb::cuda::tensor<bf, fb::shape<2, 33, 2, 24>> y2;
+  const auto steps = device_steps([&] { y2 = fb::compile(masked)(dq2, dk2, dv2); });
+  REQUIRE(steps.size() == 1);
+  CHECK(steps[0].find("tensor cores") == std::string::npos);
+  CHECK(scaled_error(y2.to_host(), attention_reference(q2, k2, v2, true, round_bf)) < 1e-2);
+}
+
+TEST_CASE("CUDA: a GPT-2 attention half in bfloat16: projections, attention on their views, output projection",
+          "[cuda][attention]") {
+  FUSEBOX_REQUIRE_GPU();
+  using bf = fb::bfloat16;
+  constexpr std::size_t B = 2, T = 96, H = 4, E = 64, D = H * E;
+  using heads = fb::shape<B, T, H, E>;
+  auto block = [](auto x, auto wq, auto wk, auto wv, auto wo) {
+    auto q = fb::reshape<heads>(fb::matmul(x, wq));
+    auto k = fb::reshape<heads>(fb::matmul(x, wk));
+    auto v = fb::reshape<heads>(fb::matmul(x, wv));
+    return x + fb::matmul(fb::reshape<fb::shape<B * T, D>>(fb::attention(q, k, v, fb::causal)), wo);
+  };
+  fb::tensor<float, fb::shape<B * T, D>> x;
+  fb::tensor<float, fb::shape<D, D>> wq, wk, wv, wo;
+  x.fill_random(71), wq.fill_random(72, -0.1f, 0.1f), wk.fill_random(73, -0.1f, 0.1f);
+  wv.fill_random(74, -0.1f, 0.1f), wo.fill_random(75, -0.1f, 0.1f);
+  auto round = [](float v) { return static_cast<double>(bf::from_float(v).to_float()); };
+  const fb::cuda::tensor<bf, fb::shape<B * T, D>> dx(x);
+  const fb::cuda::tensor<bf, fb::shape<D, D>> dq(wq), dk(wk), dv(wv), dwo(wo);
+  fb::cuda::tensor<bf, fb::shape<B * T, D>> y;
+  const auto steps = device_steps([&] { y = fb::compile(block)(dx, dq, dk, dv, dwo); });
+  CHECK(steps.size() == 5);  // three projections, attention, the output projection with its epilogue
+  const auto yh = y.to_host();
+  // Reference: projections in double from the rounded inputs; the device rounds them to bfloat16.
+  auto project = [&](const auto& w) {
+    fb::tensor<float, heads> p;
+    for (std::size_t r = 0; r < B * T; ++r)
+      for (std::size_t c = 0; c < D; ++c) {
+        double s = 0;
+        for (std::size_t i = 0; i < D; ++i) s += round(x.flat(r * D + i)) * round(w.flat(i * D + c));
+        p.flat(r * D + c) = static_cast<float>(s);
+      }
+    return p;
+  };
+  const auto att = attention_reference(project(wq), project(wk), project(wv), true, round);
+  std::vector<double> want(B * T * D);
+  for (std::size_t r = 0; r < B * T; ++r)
+    for (std::size_t c = 0; c < D; ++c) {
+      double s = round(x.flat(r * D + c));
+      for (std::size_t i = 0; i < D; ++i) s += att[r * D + i] * round(wo.flat(i * D + c));
+      want[r * D + c] = s;
+    }
+  CHECK(scaled_error(yh, want) < 2e-2);
+}
+
 TEST_CASE("CUDA: a call without a GPU says the backend is unavailable", "[cuda]") {
   if (fb::cuda::available()) {
     WARN("a CUDA device is present: the unavailable path is not exercised here");
@@ -555,7 +750,30 @@ TEST_CASE("CUDA code generation: every kernel of these models compiles with NVRT
     add(static_cast<decltype(mlp(X{}, M{}, B{}))*>(nullptr), rows);
     add(static_cast<decltype(cols(X{}, V{}))*>(nullptr), rows);
   }
-  REQUIRE(kernels.size() >= 24);
+  // attention(): the tensor-core entry (16-bit storage, head dims 64 and 128, causal or not) and
+  // the generic one (float32, and head dims the tensor-core entry does not take).
+  auto attention_node = [](std::size_t e, std::size_t ev, bool causal, fb::ir::node* q, fb::ir::node* v) {
+    fb::ir::node n;
+    n.desc.kind = fb::node_kind::attention;
+    n.desc.axis = causal ? 1 : 0;
+    n.desc.shape = fb::dims{4, {2, fb::symbol(0), 3, ev}};
+    q->desc.shape = fb::dims{4, {2, fb::symbol(0), 3, e}};
+    v->desc.shape = fb::dims{4, {2, fb::symbol(0), 3, ev}};
+    return n;
+  };
+  struct variant {
+    fb::dtype t;
+    std::size_t e, ev;
+    bool causal, tensor_cores;
+  };
+  for (const variant& a : {variant{fb::dtype::bf16, 64, 64, true, true}, variant{fb::dtype::f16, 128, 128, false, true},
+                           variant{fb::dtype::f32, 64, 64, true, false}, variant{fb::dtype::bf16, 40, 24, false, false}}) {
+    fb::ir::node q, v;
+    const fb::ir::node n = attention_node(a.e, a.ev, a.causal, &q, &v);
+    kernels.push_back(fb::jit::render_cuda_attention(n, q, v, a.t));
+    CHECK(kernels.back().tensor_cores == a.tensor_cores);
+  }
+  REQUIRE(kernels.size() >= 28);
   for (const auto& k : kernels) CHECK(k.source.find("fusebox_kernel_v1(") != std::string::npos);
   try {
     const auto built = fb::cuda::nvrtc_compile(fb::jit::make_cuda_unit(kernels).source, "compiled_models", "sm_90");

@@ -55,6 +55,7 @@ struct rendered_cuda_kernel {
   std::vector<int> unit_operands;  ///< locals read or written with unit stride (alignment checked at launch)
   bool block_per_row = false;      ///< rows kernels with reduction passes
   unsigned block_threads = 0;      ///< threads per block the source is written for (0: host's choice)
+  bool tensor_cores = false;       ///< attention: `fusebox_kernel` is the tensor-core entry (jit/cuda_attention.hpp)
   std::string summary;
 };
 

@@ -27,6 +27,7 @@
 #include "fusebox/cuda/memory.hpp"
 #include "fusebox/cuda/module.hpp"
 #include "fusebox/jit/codegen_cuda.hpp"
+#include "fusebox/jit/cuda_attention.hpp"
 #include "fusebox/jit/cuda_autotune.hpp"
 #include "fusebox/jit/cuda_graphs.hpp"
 #include "fusebox/jit/cuda_store.hpp"
@@ -172,12 +173,19 @@ struct cuda_program {
         case plan::kernel_kind::rows:
         case plan::kernel_kind::reduce_cols: launch(f, p, concrete, k, kn, dev, on); break;
         case plan::kernel_kind::matmul: {
-          const int bias = bias_epilogue(p, kn);  // `+ bias` alone goes into cuBLASLt's epilogue
-          run_matmul(f, concrete, kn, on, tune, bias);
-          if (kn.group >= 0 && bias < 0) launch(f, p, concrete, k, kn, dev, on);
+          const lt_fusion fused = lt_epilogue_of(p, kn);  // bias and activation: in cuBLASLt's epilogue
+          run_matmul(f, concrete, kn, on, tune, fused);
+          if (kn.group >= 0 && !fused.whole) launch(f, p, concrete, k, kn, dev, on);
           break;
         }
         case plan::kernel_kind::copy: copy(f.loc[kn.node], f.copy_to[kn.node], on); break;
+        case plan::kernel_kind::attention: {
+          const ir::node& n = nodes[kn.node];
+          profile::scoped_span span(kernels[k].summary, "kernel");
+          launch_attention(kernels[k], vector_entry[k], scalar_entry[k], f.loc[n.inputs[0]], f.loc[n.inputs[1]],
+                           f.loc[n.inputs[2]], f.loc[kn.node], on);
+          break;
+        }
         case plan::kernel_kind::opaque:
           throw invalid_argument("fusebox: a graph break (opaque user function or item()) in a model compiled for "
                                  "the CUDA backend; the CUDA backend runs whole graphs only");
@@ -281,34 +289,50 @@ struct cuda_program {
     return t == dtype::bf16 ? cuda::lt_type::bf16 : t == dtype::f16 ? cuda::lt_type::f16 : cuda::lt_type::f32;
   }
 
-  /// The bias node when matmul kernel kn's epilogue is exactly `product + bias` with a
-  /// contiguous bias row of the product's width (cuBLASLt adds it as it writes C: one kernel
-  /// and one pass over C fewer); else -1.
-  int bias_epilogue(const plan::plan_t<N>& p, const plan::kernel& kn) const {
-    if (kn.group < 0) return -1;
+  /// What cuBLASLt can do of a matmul's epilogue as it writes C: `+ bias` (a contiguous row of
+  /// the product's width), then relu or gelu_tanh (cuBLASLt's GELU is the tanh form).
+  struct lt_fusion {
+    bool whole = false;  ///< the epilogue is exactly this: no epilogue kernel runs
+    int bias = -1;       ///< the bias node, or -1
+    cuda::lt_epilogue act = cuda::lt_epilogue::none;
+  };
+
+  /// The epilogue of matmul kernel kn when cuBLASLt can run all of it: product + bias,
+  /// act(product), or act(product + bias).
+  lt_fusion lt_epilogue_of(const plan::plan_t<N>& p, const plan::kernel& kn) const {
+    lt_fusion f;
+    if (kn.group < 0) return f;
     const int m = kn.node;
-    int add = -1;
+    int add = -1, act = -1;
     for (std::size_t g = 0; g < N; ++g) {
       if (p.group[g] != kn.group || static_cast<int>(g) == m) continue;
-      if (add >= 0) return -1;  // more than one member
-      add = static_cast<int>(g);
+      const ir::node& n = nodes[g];
+      const std::string_view op = n.desc.kind == node_kind::pointwise ? n.desc.name : "";
+      if (op == "add" && n.n_inputs == 2 && add < 0) add = static_cast<int>(g);
+      else if ((op == "relu" || op == "gelu_tanh") && n.n_inputs == 1 && act < 0) act = static_cast<int>(g);
+      else return f;  // another op, or a second add or activation
     }
-    if (add < 0 || nodes[add].desc.kind != node_kind::pointwise || std::string_view(nodes[add].desc.name) != "add" ||
-        nodes[add].n_inputs != 2)
-      return -1;
-    const int other = nodes[add].inputs[0] == m ? nodes[add].inputs[1] : nodes[add].inputs[1] == m ? nodes[add].inputs[0] : -1;
-    if (other < 0 || !unit_inner[other]) return -1;
-    const ir::node& b = nodes[other];
-    if (b.desc.kind != node_kind::input && b.desc.kind != node_kind::tensor) return -1;
-    const dims& bs = b.desc.shape;
-    const dims& cs = nodes[m].desc.shape;
-    for (std::size_t d = 0; d + 1 < bs.rank; ++d)
-      if (bs.extent[d] != 1) return -1;
-    return bs.rank >= 1 && bs.back(0) == cs.back(0) ? other : -1;
+    if (act >= 0 && nodes[act].inputs[0] != (add >= 0 ? add : m)) return f;
+    if (add >= 0) {
+      const int other = nodes[add].inputs[0] == m ? nodes[add].inputs[1] : nodes[add].inputs[1] == m ? nodes[add].inputs[0] : -1;
+      if (other < 0 || !unit_inner[other]) return f;
+      const ir::node& b = nodes[other];
+      if (b.desc.kind != node_kind::input && b.desc.kind != node_kind::tensor) return f;
+      const dims& bs = b.desc.shape;
+      const dims& cs = nodes[m].desc.shape;
+      for (std::size_t d = 0; d + 1 < bs.rank; ++d)
+        if (bs.extent[d] != 1) return f;
+      if (bs.rank < 1 || bs.back(0) != cs.back(0)) return f;
+      f.bias = other;
+    }
+    if (act >= 0) f.act = std::string_view(nodes[act].desc.name) == "relu" ? cuda::lt_epilogue::relu : cuda::lt_epilogue::gelu_tanh;
+    f.whole = add >= 0 || act >= 0;
+    return f;
   }
 
   void run_matmul(const cpu::frame<T, N>& f, const std::array<ir::node, N>& concrete, const plan::kernel& kn,
-                  cuda::CUstream on, bool tune, int bias) const {
+                  cuda::CUstream on, bool tune, const lt_fusion& fused) const {
+    const int bias = fused.bias;
     const int m = kn.node;
     const strided<T>& A = f.loc[nodes[m].inputs[0]];
     const strided<T>& B = f.loc[nodes[m].inputs[1]];
@@ -339,13 +363,15 @@ struct cuda_program {
     prob.stride_b = B.shape.rank == 3 && B.shape.extent[0] != 1 ? B.stride[0] : 0;
     if (prob.batch == 1) prob.stride_a = prob.stride_b = cuda::lt_problem::packed;
     prob.bias = bias >= 0;
+    prob.epilogue = fused.act;
     const void* bias_data = prob.bias ? static_cast<const void*>(f.loc[bias].data) : nullptr;
     std::uint32_t align = 256;
     for (const void* ptr : {static_cast<const void*>(A.data), static_cast<const void*>(B.data), static_cast<const void*>(C.data),
                             bias_data})
       while (ptr && align > sizeof(T) && reinterpret_cast<std::uintptr_t>(ptr) % align != 0) align /= 2;
     prob.alignment = align;
-    profile::scoped_span span(prob.bias ? "cuBLASLt matmul + bias" : "cuBLASLt matmul", "kernel");
+    const char* act = fused.act == cuda::lt_epilogue::relu ? " + relu" : fused.act == cuda::lt_epilogue::gelu_tanh ? " + gelu_tanh" : "";
+    profile::scoped_span span(std::string(prob.bias ? "cuBLASLt matmul + bias" : "cuBLASLt matmul") + act, "kernel");
     const auto a = reinterpret_cast<cuda::CUdeviceptr>(A.data), b = reinterpret_cast<cuda::CUdeviceptr>(B.data),
                c = reinterpret_cast<cuda::CUdeviceptr>(C.data), bv = reinterpret_cast<cuda::CUdeviceptr>(bias_data);
     if (tune) lt_tuner::instance().matmul(prob, a, b, c, bv, on);

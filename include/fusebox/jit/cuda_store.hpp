@@ -143,8 +143,10 @@ class cuda_store {
     }
     cuda_binary b;
     b.module = *mod;
-    for (const auto& e : unit.entry) {
-      b.wide_entry.push_back(b.module->function(e + "_w"));
+    for (std::size_t i = 0; i < unit.entry.size(); ++i) {
+      const std::string& e = unit.entry[i];
+      // Attention kernels have no 32-bytes-a-thread entry (jit/cuda_attention.hpp).
+      b.wide_entry.push_back(kernels[i].kind == plan::kernel_kind::attention ? nullptr : b.module->function(e + "_w"));
       b.vector_entry.push_back(b.module->function(e));
       b.scalar_entry.push_back(b.module->function(e + "_v1"));
     }
