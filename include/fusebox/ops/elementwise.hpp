@@ -5,11 +5,17 @@
 // generator wraps in a __device__ function. Front ends follow; operators are thin aliases.
 //
 // Comparisons give 1 or 0 in the operand type; `where(c, a, b)` picks a where c is non-zero.
-// Depends on: ops/operand.hpp, ops/math.hpp, cpu/vmath.hpp.
+//
+// Derivatives (autodiff/rule.hpp) are at the end: each op's vector-Jacobian product as an
+// expression type. Where a derivative is more than one product, it is an op of its own below
+// (`tanh_backward(g, y)` and so on, as torch's aten has them): one node, no constants, so the
+// backward stays small and fuses like any elementwise chain.
+// Depends on: ops/operand.hpp, ops/math.hpp, cpu/vmath.hpp, autodiff/rule.hpp.
 #pragma once
 
 #include <source_location>
 
+#include "fusebox/autodiff/rule.hpp"
 #include "fusebox/cpu/vmath.hpp"
 #include "fusebox/ops/operand.hpp"
 #include "fusebox/ops/math.hpp"
@@ -75,6 +81,100 @@ struct where {
     return math::select(c, a, b);
   }
 };
+
+// ---- ops the derivatives are written with (g: the incoming gradient; y: the forward result) ----
+// Operand names of the device spellings: x (one operand), a, b (two), c, a, b (three).
+
+/// a, broadcast to the shape of a and b: b is read for its shape only.
+struct expand_as {
+  static constexpr const char* name = "expand_as";
+  static constexpr const char* device = "a";
+  static constexpr int flops = 0;
+  template <class V>
+  static V apply(const V& a, const V&) {
+    return a;
+  }
+};
+/// 0 in x's shape (the gradient of an argument the loss does not use).
+struct zeros_like {
+  static constexpr const char* name = "zeros_like";
+  static constexpr const char* device = "0.0f";
+  static constexpr int flops = 0;
+  template <class V>
+  static V apply(const V&) {
+    return V(0);
+  }
+};
+
+#define FUSEBOX_BACKWARD_OP(op_name, cost, body, device_body) \
+  struct op_name {                                          \
+    static constexpr const char* name = #op_name;           \
+    static constexpr const char* device = device_body;      \
+    static constexpr int flops = cost;                      \
+    template <class V>                                      \
+    static V apply(const V& g, const V& v) {                \
+      return body;                                          \
+    }                                                       \
+  };
+// v is the forward result y, or the operand x where the derivative needs it.
+FUSEBOX_BACKWARD_OP(abs_backward, 3, math::select(math::gt(v, V(0)), g, math::select(math::lt(v, V(0)), -g, V(0))),
+                    "b > 0.0f ? a : (b < 0.0f ? -a : 0.0f)")
+FUSEBOX_BACKWARD_OP(sqrt_backward, 2, V(0.5) * g / v, "0.5f * a / b")
+FUSEBOX_BACKWARD_OP(rsqrt_backward, 4, V(-0.5) * g * v * v * v, "-0.5f * a * b * b * b")
+FUSEBOX_BACKWARD_OP(tanh_backward, 3, g * (V(1) - v * v), "a * (1.0f - b * b)")
+FUSEBOX_BACKWARD_OP(sigmoid_backward, 3, g * v * (V(1) - v), "a * b * (1.0f - b)")
+FUSEBOX_BACKWARD_OP(relu_backward, 1, math::select(math::gt(v, V(0)), g, V(0)), "b > 0.0f ? a : 0.0f")
+// gelu'(x) = Phi(x) + x phi(x)
+FUSEBOX_BACKWARD_OP(gelu_backward, 40,
+                    g * (V(0.5) * (V(1) + vmath::erf(v * V(0.70710678118654752440))) +
+                         v * V(0.39894228040143267794) * vmath::exp(V(-0.5) * v * v)),
+                    "a * (0.5f * (1.0f + erff(b * 0.70710678118654752f)) + b * 0.39894228040143268f * expf(-0.5f * b * b))")
+// gelu_tanh'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2), t = tanh(k (x + c x^3))
+FUSEBOX_BACKWARD_OP(gelu_tanh_backward, 34,
+                    g * [&] {
+                      const V t = vmath::tanh(V(0.79788456080286535588) * (v + V(0.044715) * v * v * v));
+                      return V(0.5) * (V(1) + t) + V(0.5) * v * (V(1) - t * t) * V(0.79788456080286535588) *
+                                                       (V(1) + V(3 * 0.044715) * v * v);
+                    }(),
+                    "a * (0.5f * (1.0f + tanhf(0.79788456080286536f * (b + 0.044715f * b * b * b))) + 0.5f * b * "
+                    "(1.0f - tanhf(0.79788456080286536f * (b + 0.044715f * b * b * b)) * tanhf(0.79788456080286536f * "
+                    "(b + 0.044715f * b * b * b))) * 0.79788456080286536f * (1.0f + 0.134145f * b * b))")
+// silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)
+FUSEBOX_BACKWARD_OP(silu_backward, 26,
+                    g * [&] {
+                      const V s = vmath::sigmoid(v);
+                      return s * (V(1) + v * (V(1) - s));
+                    }(),
+                    "a * (1.0f / (1.0f + expf(-b))) * (1.0f + b * (1.0f - 1.0f / (1.0f + expf(-b))))")
+// where(c, a, b): the gradient goes to a where c is non-zero, to b elsewhere (v is c)
+FUSEBOX_BACKWARD_OP(where_backward_true, 1, math::select(v, g, V(0)), "b != 0.0f ? a : 0.0f")
+FUSEBOX_BACKWARD_OP(where_backward_false, 1, math::select(v, V(0), g), "b != 0.0f ? 0.0f : a")
+#undef FUSEBOX_BACKWARD_OP
+
+#define FUSEBOX_BACKWARD_OP3(op_name, cost, body, device_body) \
+  struct op_name {                                           \
+    static constexpr const char* name = #op_name;            \
+    static constexpr const char* device = device_body;       \
+    static constexpr int flops = cost;                       \
+    template <class V>                                       \
+    static V apply(const V& g, const V& a, const V& b) {     \
+      return body;                                           \
+    }                                                        \
+  };
+// d(a / b)/db = -g y / b, with a = y (the quotient) and b the divisor
+FUSEBOX_BACKWARD_OP3(div_rhs_backward, 3, -g * a / b, "-c * a / b")
+// d(a^b)/da = g b a^(b-1) (a, b: the operands)
+FUSEBOX_BACKWARD_OP3(pow_base_backward, 42, g * b * math::pow(a, b - V(1)), "c * b * powf(a, b - 1.0f)")
+// d(a^b)/db = g y log(a) (a: the result y, b: the base)
+FUSEBOX_BACKWARD_OP3(pow_exponent_backward, 22, g * a * vmath::log(b), "c * a * logf(b)")
+// The gradient where a comparison of a and b holds, else 0: maximum, minimum (ties go to a, as in
+// their forward), and the extremum reductions (select_eq: every position equal to the maximum).
+FUSEBOX_BACKWARD_OP3(select_ge, 1, math::select(math::ge(a, b), g, V(0)), "a >= b ? c : 0.0f")
+FUSEBOX_BACKWARD_OP3(select_gt, 1, math::select(math::gt(a, b), g, V(0)), "a > b ? c : 0.0f")
+FUSEBOX_BACKWARD_OP3(select_le, 1, math::select(math::le(a, b), g, V(0)), "a <= b ? c : 0.0f")
+FUSEBOX_BACKWARD_OP3(select_lt, 1, math::select(math::lt(a, b), g, V(0)), "a < b ? c : 0.0f")
+FUSEBOX_BACKWARD_OP3(select_eq, 1, math::select(math::eq(a, b), g, V(0)), "a == b ? c : 0.0f")
+#undef FUSEBOX_BACKWARD_OP3
 
 }  // namespace ops
 
@@ -143,5 +243,51 @@ template <operand A, operand B>
 auto operator/(const A& a, const B& b) { return detail::make_pointwise<ops::div>(std::source_location{}, a, b); }
 template <array_operand X>
 auto operator-(const X& x) { return detail::make_pointwise<ops::neg>(std::source_location{}, x); }
+
+// ---- derivatives (autodiff/rule.hpp): G the incoming gradient, Y the forward node ----
+namespace autodiff {
+#define FUSEBOX_DERIVATIVE(op_name, ...)                  \
+  template <>                                             \
+  struct derivative<ops::op_name> {                       \
+    template <std::size_t I, class G, class Y, class Ctx> \
+    using vjp = __VA_ARGS__;                              \
+  };
+FUSEBOX_DERIVATIVE(neg, pointwise<ops::neg, G>)
+FUSEBOX_DERIVATIVE(abs, pointwise<ops::abs_backward, G, operand<Y, 0>>)
+FUSEBOX_DERIVATIVE(exp, pointwise<ops::mul, G, Y>)
+FUSEBOX_DERIVATIVE(log, pointwise<ops::div, G, operand<Y, 0>>)
+FUSEBOX_DERIVATIVE(sqrt, pointwise<ops::sqrt_backward, G, Y>)
+FUSEBOX_DERIVATIVE(rsqrt, pointwise<ops::rsqrt_backward, G, Y>)
+FUSEBOX_DERIVATIVE(tanh, pointwise<ops::tanh_backward, G, Y>)
+FUSEBOX_DERIVATIVE(sigmoid, pointwise<ops::sigmoid_backward, G, Y>)
+FUSEBOX_DERIVATIVE(relu, pointwise<ops::relu_backward, G, Y>)  // from y: x may never be stored
+FUSEBOX_DERIVATIVE(gelu, pointwise<ops::gelu_backward, G, operand<Y, 0>>)
+FUSEBOX_DERIVATIVE(gelu_tanh, pointwise<ops::gelu_tanh_backward, G, operand<Y, 0>>)
+FUSEBOX_DERIVATIVE(silu, pointwise<ops::silu_backward, G, operand<Y, 0>>)
+
+FUSEBOX_DERIVATIVE(add, G)
+FUSEBOX_DERIVATIVE(sub, std::conditional_t<I == 0, G, pointwise<ops::neg, G>>)
+FUSEBOX_DERIVATIVE(mul, pointwise<ops::mul, G, operand<Y, 1 - I>>)
+FUSEBOX_DERIVATIVE(div, std::conditional_t<I == 0, pointwise<ops::div, G, operand<Y, 1>>,
+                                           pointwise<ops::div_rhs_backward, G, Y, operand<Y, 1>>>)
+FUSEBOX_DERIVATIVE(pow, std::conditional_t<I == 0, pointwise<ops::pow_base_backward, G, operand<Y, 0>, operand<Y, 1>>,
+                                           pointwise<ops::pow_exponent_backward, G, Y, operand<Y, 0>>>)
+FUSEBOX_DERIVATIVE(maximum, pointwise<std::conditional_t<I == 0, ops::select_ge, ops::select_lt>, G, operand<Y, 0>,
+                                      operand<Y, 1>>)
+FUSEBOX_DERIVATIVE(minimum, pointwise<std::conditional_t<I == 0, ops::select_le, ops::select_gt>, G, operand<Y, 0>,
+                                      operand<Y, 1>>)
+// Comparisons are piecewise constant: no gradient flows through them.
+FUSEBOX_DERIVATIVE(eq, no_grad)
+FUSEBOX_DERIVATIVE(ne, no_grad)
+FUSEBOX_DERIVATIVE(lt, no_grad)
+FUSEBOX_DERIVATIVE(le, no_grad)
+FUSEBOX_DERIVATIVE(gt, no_grad)
+FUSEBOX_DERIVATIVE(ge, no_grad)
+FUSEBOX_DERIVATIVE(where, std::conditional_t<I == 0, no_grad,
+                                             pointwise<std::conditional_t<I == 1, ops::where_backward_true,
+                                                                          ops::where_backward_false>,
+                                                       G, operand<Y, 0>>>)
+#undef FUSEBOX_DERIVATIVE
+}  // namespace autodiff
 
 }  // namespace fusebox

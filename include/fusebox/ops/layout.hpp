@@ -1,11 +1,13 @@
 // ops/layout.hpp: views: transpose and reshape. On a tensor they return a tensor view at once; in a
 // captured model they are view nodes, which move no data (the planner makes sure their input is
 // in memory, and the consumers read it through the new strides).
-// Depends on: ops/operand.hpp.
+// Derivatives at the end: the gradient of a view is the inverse view of the gradient.
+// Depends on: ops/operand.hpp, autodiff/rule.hpp.
 #pragma once
 
 #include <source_location>
 
+#include "fusebox/autodiff/rule.hpp"
 #include "fusebox/ops/operand.hpp"
 
 namespace fusebox {
@@ -71,5 +73,19 @@ auto reshape(const X& x, std::source_location loc = std::source_location::curren
     return view_node<ops::reshape_view<S>, X>{{}, x};
   }
 }
+
+// ---- derivatives (autodiff/rule.hpp): G the incoming gradient, Y the view node ----
+namespace autodiff {
+template <std::size_t A, std::size_t B>
+struct derivative<ops::transpose_view<A, B>> {
+  template <std::size_t I, class G, class Y, class Ctx>
+  using vjp = view_node<ops::transpose_view<A, B>, exact<G, Y>>;
+};
+template <class S>
+struct derivative<ops::reshape_view<S>> {
+  template <std::size_t I, class G, class Y, class Ctx>
+  using vjp = view_node<ops::reshape_view<shape_of_t<operand<Y, 0>>>, contiguous<exact<G, Y>>>;
+};
+}  // namespace autodiff
 
 }  // namespace fusebox

@@ -1,10 +1,13 @@
 // ops/matmul.hpp: matrix product. [M, K] x [K, N], batched [B, M, K] x [B or 1, K, N], either side
 // rank 2 (shared across the batch). Transposed operands are views (strides), never copies.
-// Depends on: ops/operand.hpp.
+// Derivative at the end: dA = dC Bt, dB = At dC (a shared rank-2 operand's gradient is then
+// summed over the batch by the reverse pass, as any broadcast operand's is).
+// Depends on: ops/operand.hpp, autodiff/rule.hpp.
 #pragma once
 
 #include <source_location>
 
+#include "fusebox/autodiff/rule.hpp"
 #include "fusebox/ops/operand.hpp"
 
 namespace fusebox {
@@ -27,5 +30,14 @@ auto matmul(const A& a, const B& b, std::source_location loc = std::source_locat
   }
   return detail::finish(e);
 }
+
+// ---- derivative (autodiff/rule.hpp): G the incoming gradient, Y the matmul node ----
+namespace autodiff {
+template <class A, class B>
+struct derivative<matmul_node<A, B>> {
+  template <std::size_t I, class G, class Y, class Ctx>
+  using vjp = std::conditional_t<I == 0, matmul_node<exact<G, Y>, transposed<B>>, matmul_node<transposed<A>, exact<G, Y>>>;
+};
+}  // namespace autodiff
 
 }  // namespace fusebox

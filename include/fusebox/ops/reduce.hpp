@@ -1,12 +1,18 @@
 // ops/reduce.hpp: reductions over one axis: sum, mean, max, min, with or without keepdim.
 // Each op gives its identity, combine, horizontal (over a batch's lanes) and finalize; the
 // executor accumulates rows with four accumulators, so the order is fixed by the row length alone.
-// Depends on: ops/operand.hpp, ops/math.hpp.
+// Derivatives at the end (autodiff/rule.hpp): sum and mean give the gradient back to every element
+// of the row, max and min to every element equal to the result (the arg-max positions; a tie
+// gives each tied element the whole gradient).
+// Depends on: ops/operand.hpp, ops/math.hpp, ops/elementwise.hpp (the derivatives' ops),
+// autodiff/rule.hpp.
 #pragma once
 
 #include <limits>
 #include <source_location>
 
+#include "fusebox/autodiff/rule.hpp"
+#include "fusebox/ops/elementwise.hpp"
 #include "fusebox/ops/operand.hpp"
 #include "fusebox/ops/math.hpp"
 
@@ -112,5 +118,31 @@ FUSEBOX_REDUCE_FN(mean)
 FUSEBOX_REDUCE_FN(max)
 FUSEBOX_REDUCE_FN(min)
 #undef FUSEBOX_REDUCE_FN
+
+// ---- derivatives (autodiff/rule.hpp): G the incoming gradient, Y the reduction node ----
+namespace autodiff {
+template <>
+struct derivative<ops::sum> {
+  template <std::size_t I, class G, class Y, class Ctx>
+  using vjp = unreduce<G, Y>;
+};
+template <>
+struct derivative<ops::mean> {
+  template <std::size_t I, class G, class Y, class Ctx>
+  using vjp = pointwise<ops::mul, unreduce<G, Y>, typename Ctx::template constant<Y>>;
+  /// The value of Ctx::constant<Y>: 1 / (the reduced extent).
+  template <class T, class Y>
+  static constexpr T constant() {
+    return T(1) / static_cast<T>(operand<Y, 0>::desc.shape.extent[Y::desc.axis]);
+  }
+};
+template <>
+struct derivative<ops::max> {
+  template <std::size_t I, class G, class Y, class Ctx>
+  using vjp = pointwise<ops::select_eq, unreduce<G, Y>, operand<Y, 0>, with_kept_axis<Y>>;
+};
+template <>
+struct derivative<ops::min> : derivative<ops::max> {};
+}  // namespace autodiff
 
 }  // namespace fusebox
