@@ -345,7 +345,12 @@ struct program {
   static void run_rows(frame_t& f) {
     constexpr plan::kernel kn = plan.kernels[K];
     constexpr int G = kn.group;
-    const dims space = space_of(K, f);
+    // A rank-0 space (pointwise ops of rank-0 values: two means added, a loss's gradient seed) is
+    // one row of one element; the row addressing below needs a last dimension.
+    const dims space = [&] {
+      const dims s = space_of(K, f);
+      return s.rank == 0 ? dims{1, {1}} : s;
+    }();
     if (space.size() == 0) return;
     static constexpr id_list ext = external_inputs(G);
     static constexpr id_list outs = group_outputs(G, true);
