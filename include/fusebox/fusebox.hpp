@@ -15,5 +15,6 @@
 #include "fusebox/graph_break.hpp"
 #include "fusebox/ab.hpp"
 #include "fusebox/compile.hpp"
+#include "fusebox/autodiff/grad.hpp"
 #include "fusebox/explain.hpp"
 #include "fusebox/version.hpp"

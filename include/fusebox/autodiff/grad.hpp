@@ -1,0 +1,362 @@
+// autodiff/grad.hpp: fusebox::grad and fusebox::value_and_grad, eager and compiled.
+//
+//   auto loss = [](const auto& x, const auto& w, const auto& t) { ... return fb::mean(fb::mean(e)); };
+//   auto vg = fb::value_and_grad(loss, fb::wrt<1>);       // d loss / d w; default fb::wrt<0>
+//   auto [l, dw] = vg(x, w, t);                           // eager: op by op
+//   auto fast = fb::compile(vg);                          // forward and backward planned together
+//   auto [l2, dw2] = fast(x, w, t);
+//   auto [dw3, dt3] = fb::compile(fb::grad(loss, fb::wrt<1, 2>))(x, w, t);
+//
+// As in JAX (jax.grad(f, argnums)) and torch.func.grad: the loss function is a model (a callable
+// over tensors, here written with fusebox ops) returning one element (sum() or mean() of
+// something); `wrt<I...>` names the tensor arguments to differentiate. One index gives one
+// gradient tensor, several give a std::tuple in that order; value_and_grad gives
+// std::pair{loss, gradients}. Every gradient has its argument's shape (zeros if the loss does not
+// depend on it).
+//
+// How: the loss is captured on symbolic arguments (as compile() does), its payloads are lifted to
+// inputs (autodiff/lift.hpp), the reverse pass builds the gradients as expression types
+// (autodiff/backward.hpp, from the ops' own rules), and the roots (loss, gradients...) are one
+// graph: compiled, the one planner plans forward and backward together (fusion across them,
+// buffers by liveness); eager, each node runs on its own (autodiff/eager.hpp).
+//
+// Cases: static shapes, host tensors (float or double); a build error names anything else (dyn
+// extents, device tensors, a non-scalar loss, wrt naming a number). A loss that reads a value on
+// the host (item()) is refused at the call: its gradient would silently miss that path.
+// Depends on: autodiff/{lift,backward,eager}.hpp, compile.hpp (compile(), options, capture).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "fusebox/autodiff/backward.hpp"
+#include "fusebox/autodiff/eager.hpp"
+#include "fusebox/autodiff/lift.hpp"
+#include "fusebox/compile.hpp"
+#include "fusebox/cpu/report.hpp"
+
+namespace fusebox {
+
+/// The arguments to differentiate, by position: `fb::wrt<0>`, `fb::wrt<1, 2>`.
+template <std::size_t... I>
+struct wrt_t {
+  static_assert(sizeof...(I) >= 1, "fusebox::wrt<I...>: name at least one argument");
+};
+template <std::size_t... I>
+inline constexpr wrt_t<I...> wrt{};
+
+namespace autodiff {
+
+/// Sizes of the graphs behind a grad call (for one set of argument types).
+struct graph_stats {
+  std::size_t forward_nodes = 0;     ///< the loss alone (payloads lifted, as the joint graph has them)
+  std::size_t joint_nodes = 0;       ///< loss and gradients, one graph: the nodes the planner sees
+  double joint_tree_nodes = 0;       ///< the same roots as a tree without sharing: what merging saves
+  int forward_kernels = 0, joint_kernels = 0;
+  std::size_t forward_arena_bytes = 0;  ///< intermediates of the forward alone
+  std::size_t joint_arena_bytes = 0;    ///< intermediates of forward + backward (the saved values)
+};
+
+namespace static_check {
+template <class Result, bool Ok>
+struct loss_not_expression {
+  static_assert(Ok, "fusebox::grad(f): f must return an expression of its arguments built with fusebox ops (it "
+                    "returned the type above: a tensor or a number does not depend on the arguments)");
+  static constexpr bool value = Ok;
+};
+template <class LossShape, bool Ok>
+struct loss_not_scalar {
+  static_assert(Ok, "fusebox::grad(f): the loss must have exactly one element (its shape is above). Fix: reduce "
+                    "it with sum() or mean(), once per dimension: fb::mean(fb::mean(x)) for a matrix");
+  static constexpr bool value = Ok;
+};
+template <std::size_t I, std::size_t Arguments, bool Ok>
+struct wrt_out_of_range {
+  static_assert(Ok, "fusebox::grad(f, wrt<I...>): an index (I above) is not an argument position of the call "
+                    "(the number of arguments is above)");
+  static constexpr bool value = Ok;
+};
+template <std::size_t I, class Argument, bool Ok>
+struct wrt_not_a_tensor {
+  static_assert(Ok, "fusebox::grad(f, wrt<I...>): argument I (above) is not a tensor (its type is above): only "
+                    "tensor arguments have gradients. Fix: pass the value as a tensor, or leave it out of wrt<>");
+  static constexpr bool value = Ok;
+};
+template <bool Ok>
+struct wrt_repeated {
+  static_assert(Ok, "fusebox::grad(f, wrt<I...>): an argument is named twice");
+  static constexpr bool value = Ok;
+};
+template <class Argument, bool Ok>
+struct not_static {
+  static_assert(Ok, "fusebox::grad: arguments with dyn extents (the type above) are not supported yet: gradients "
+                    "take the static path. Fix: give every extent in the tensor type");
+  static constexpr bool value = Ok;
+};
+template <class Argument, bool Ok>
+struct device_argument {
+  static_assert(Ok, "fusebox::grad: device tensors (cuda::tensor, above) are not supported yet: the backward runs "
+                    "on the CPU. Fix: pass host tensors");
+  static constexpr bool value = Ok;
+};
+template <std::size_t I, class Argument, class LossElement, bool Ok>
+struct wrt_element_type {
+  static_assert(Ok, "fusebox::grad(f, wrt<I...>): argument I (above) holds another element type than the loss");
+  static constexpr bool value = Ok;
+};
+}  // namespace static_check
+
+namespace detail {
+
+template <std::size_t I, class A>
+auto symbolic(const A& a) {
+  static_assert(static_check::device_argument<A, !cuda::is_tensor_v<A>>::value);
+  if constexpr (is_tensor_v<A>) {
+    static_assert(static_check::not_static<A, A::shape_type::is_static>::value);
+    return input_leaf<I, typename A::value_type, typename A::shape_type>{{}, a.view()};
+  } else {
+    return a;
+  }
+}
+
+template <class F, class... Args, std::size_t... I>
+auto loss_type(std::index_sequence<I...>) -> decltype(std::declval<F&>()(symbolic<I>(std::declval<const Args&>())...));
+
+/// Copies of the expression tree without sharing (a double: it can be astronomically large).
+template <class E>
+struct tree_size {
+  static constexpr double value = [] {
+    double n = 1;
+    [&]<class... C>(meta::type_list<C...>) { ((n += tree_size<C>::value), ...); }(typename E::children{});
+    return n;
+  }();
+};
+
+/// Everything about grad(f, wrt<W...>) at these argument types, as types and constants.
+template <class F, class Wrt, class... Args>
+struct plan_of;
+template <class F, std::size_t... W, class... Args>
+struct plan_of<F, wrt_t<W...>, Args...> {
+  static constexpr std::size_t arguments = sizeof...(Args);
+  using args = meta::type_list<Args...>;
+  using loss_t = decltype(loss_type<F, Args...>(std::index_sequence_for<Args...>{}));
+  static_assert(static_check::loss_not_expression<loss_t, is_expr_v<loss_t>>::value);
+  static_assert((static_check::wrt_out_of_range<W, arguments, (W < arguments)>::value && ...));
+  static constexpr bool distinct = [] {
+    const std::size_t w[] = {W...};
+    for (std::size_t i = 0; i < sizeof...(W); ++i)
+      for (std::size_t j = 0; j < i; ++j)
+        if (w[i] == w[j]) return false;
+    return true;
+  }();
+  static_assert(static_check::wrt_repeated<distinct>::value);
+  static_assert(static_check::loss_not_scalar<shape_of_t<loss_t>, loss_t::desc.shape.size() == 1>::value);
+
+  using value_type = typename loss_t::value_type;
+  using T = value_type;
+  template <std::size_t I>
+  using arg = meta::at_t<(I < arguments ? I : 0), args>;
+  static_assert((static_check::wrt_not_a_tensor<W, arg<W>, is_tensor_v<arg<W>>>::value && ...));
+  static_assert((static_check::wrt_element_type<W, arg<W>, T, std::is_same_v<typename arg<W>::value_type, T>>::value &&
+                 ...));
+
+  static constexpr std::size_t payloads = payload_count<loss_t>;
+  using root = lifted_t<loss_t, arguments>;
+  using tape_t = tape<root, arguments + payloads>;
+  static constexpr std::size_t inputs = tape_t::inputs;
+  template <std::size_t I>
+  using leaf = input_leaf<I, T, typename arg<I>::shape_type>;
+  using roots = meta::type_list<root, typename tape_t::template gradient<leaf<W>>...>;
+  using program = cpu::program<T, root, typename tape_t::template gradient<leaf<W>>...>;
+  using forward_program = cpu::program<T, root>;
+  using outputs = std::tuple<tensor<T, shape_of_t<root>>, tensor<T, shape_of_t<typename tape_t::template gradient<leaf<W>>>>...>;
+
+  static outputs eager(const fusebox::detail::bound_inputs<T, inputs>& in) {
+    return evaluate_op_by_op<T, root, typename tape_t::template gradient<leaf<W>>...>(in);
+  }
+
+  static graph_stats stats() {
+    graph_stats s;
+    s.forward_nodes = forward_program::N;
+    s.joint_nodes = program::N;
+    s.joint_tree_nodes = (tree_size<root>::value + ... + tree_size<typename tape_t::template gradient<leaf<W>>>::value);
+    s.forward_kernels = forward_program::plan.n_kernels;
+    s.joint_kernels = program::plan.n_kernels;
+    s.forward_arena_bytes = forward_program::arena_bytes;
+    s.joint_arena_bytes = program::arena_bytes;
+    return s;
+  }
+};
+
+/// The inputs of one call: arguments, lifted payloads, constants and the seed. Scalars live in
+/// `values` and are viewed there, so this object stays where it was made.
+template <class P>
+struct bound_call {
+  using T = typename P::T;
+  fusebox::detail::bound_inputs<T, P::inputs> in{};
+  std::array<T, P::inputs> values{};
+
+  template <class Loss, class... Args>
+  bound_call(const Loss& loss, const Args&... args) {
+    std::size_t i = 0;
+    (([&] {
+       if constexpr (is_tensor_v<Args>)
+         if constexpr (std::is_same_v<typename Args::value_type, T>) in.views[i] = args.view();
+       ++i;
+     }()),
+     ...);
+    std::size_t k = 0;
+    collect_lifted(loss, in.views.data() + P::arguments, values.data() + P::arguments, k);
+    P::tape_t::constants(values.data());
+    for (std::size_t c = P::tape_t::const_base; c < P::inputs; ++c) in.views[c] = strided<const T>{&values[c], dims{}, {}};
+  }
+  bound_call(const bound_call&) = delete;
+  bound_call& operator=(const bound_call&) = delete;
+};
+
+/// Calls f on symbolic arguments. A host read inside (item()) is refused here: it would cut the
+/// gradient's path without a word.
+template <class F, class... Args>
+auto capture(F& f, const Args&... args) {
+  fusebox::detail::capture_context ctx{true, nullptr, &fusebox::detail::eager_runtime()};
+  fusebox::detail::capture_scope scope(&ctx);
+  try {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return f(symbolic<I>(args)...);
+    }(std::index_sequence_for<Args...>{});
+  } catch (const graph_break& e) {
+    throw invalid_argument(std::string("fusebox::grad(f): the loss reads a value on the host (") + e.what() +
+                           "); a gradient cannot flow through it. Fix: keep that part of the loss in fusebox ops");
+  }
+}
+
+/// The outputs (loss, gradients...) as the caller gets them.
+template <bool WithValue, class Outs>
+auto shape_result(Outs&& outs) {
+  constexpr std::size_t n = std::tuple_size_v<std::remove_cvref_t<Outs>> - 1;
+  auto grads = [&]<std::size_t... G>(std::index_sequence<G...>) {
+    if constexpr (n == 1) return std::move(std::get<1>(outs));
+    else return std::make_tuple(std::move(std::get<G + 1>(outs))...);
+  }(std::make_index_sequence<n>{});
+  if constexpr (WithValue) return std::make_pair(std::move(std::get<0>(outs)), std::move(grads));
+  else return grads;
+}
+
+}  // namespace detail
+
+/// grad(f, wrt<W...>) / value_and_grad(f, wrt<W...>): call it to run eagerly (op by op), or
+/// compile() it.
+template <class F, class Wrt, bool WithValue>
+class grad_fn {
+ public:
+  explicit grad_fn(F f) : f_(std::move(f)) {}
+
+  template <class... Args>
+  auto operator()(const Args&... args) const {
+    using P = detail::plan_of<F, Wrt, Args...>;
+    const auto loss = detail::capture(f_, args...);
+    const detail::bound_call<P> b(loss, args...);
+    return detail::shape_result<WithValue>(P::eager(b.in));
+  }
+
+  /// Node and kernel counts and arena sizes of the forward alone and of forward + backward.
+  template <class... Args>
+  static graph_stats stats(const Args&...) {
+    return detail::plan_of<F, Wrt, Args...>::stats();
+  }
+
+  /// The compiled plan of forward + backward for these arguments, kernel by kernel.
+  template <class... Args>
+  static std::string describe(const Args&...) {
+    return cpu::describe<typename detail::plan_of<F, Wrt, Args...>::program>(default_threads());
+  }
+
+  F& function() const { return f_; }
+
+ private:
+  mutable F f_;
+};
+
+/// compile(grad(...)) / compile(value_and_grad(...)): forward and backward as one planned program.
+template <class F, class Wrt, bool WithValue>
+class compiled_grad {
+ public:
+  compiled_grad(grad_fn<F, Wrt, WithValue> g, options opts) : g_(std::move(g)), opts_(opts) {
+    rt_->pool = &cpu::shared_pool(opts_.threads ? opts_.threads : default_threads());
+  }
+
+  template <class... Args>
+  auto operator()(const Args&... args) {
+    if (fusebox::detail::disabled_by_environment() || current_stance() == stance::force_eager) return g_(args...);
+    using P = detail::plan_of<F, Wrt, Args...>;
+    using Prog = typename P::program;
+    const auto loss = detail::capture(g_.function(), args...);
+    const detail::bound_call<P> b(loss, args...);
+    typename Prog::frame_t f;
+    const std::tuple<input_leaf<0, typename P::T, shape<>>> no_payloads{};  // the joint graph holds none
+    cpu::bind_inputs<Prog>(f, no_payloads, b.in);
+    typename P::outputs outs;
+    cpu::bind_and_run<Prog>(f, outs, *rt_);
+    return detail::shape_result<WithValue>(std::move(outs));
+  }
+
+  const options& opts() const noexcept { return opts_; }
+  unsigned threads() const noexcept { return rt_->pool->size(); }
+
+  /// Bytes of the intermediate arena (forward values the backward reads included): a constant.
+  template <class... Args>
+  static constexpr std::size_t arena_bytes() {
+    return detail::plan_of<F, Wrt, Args...>::program::arena_bytes;
+  }
+  template <class... Args>
+  static graph_stats stats(const Args&... args) {
+    return grad_fn<F, Wrt, WithValue>::stats(args...);
+  }
+  template <class... Args>
+  std::string describe(const Args&...) const {
+    return cpu::describe<typename detail::plan_of<F, Wrt, Args...>::program>(threads());
+  }
+
+ private:
+  grad_fn<F, Wrt, WithValue> g_;
+  options opts_;
+  std::unique_ptr<cpu::runtime> rt_ = std::make_unique<cpu::runtime>();
+};
+
+}  // namespace autodiff
+
+/// The gradient of loss function f (one element) with respect to its tensor arguments W...
+template <class F, std::size_t... W>
+auto grad(F f, wrt_t<W...>) {
+  return autodiff::grad_fn<F, wrt_t<W...>, false>(std::move(f));
+}
+template <class F>
+auto grad(F f) {
+  return grad(std::move(f), wrt<0>);
+}
+
+/// The loss and its gradient: `auto [loss, grads] = value_and_grad(f, wrt<...>)(args...)`.
+template <class F, std::size_t... W>
+auto value_and_grad(F f, wrt_t<W...>) {
+  return autodiff::grad_fn<F, wrt_t<W...>, true>(std::move(f));
+}
+template <class F>
+auto value_and_grad(F f) {
+  return value_and_grad(std::move(f), wrt<0>);
+}
+
+/// Compiles a gradient function: one program for the loss and its gradients.
+template <class F, class Wrt, bool WithValue>
+auto compile(autodiff::grad_fn<F, Wrt, WithValue> g, options opts = {}) {
+  return autodiff::compiled_grad<F, Wrt, WithValue>(std::move(g), opts);
+}
+template <options Static, class F, class Wrt, bool WithValue>
+auto compile(autodiff::grad_fn<F, Wrt, WithValue> g) {
+  return autodiff::compiled_grad<F, Wrt, WithValue>(std::move(g), Static);
+}
+
+}  // namespace fusebox
