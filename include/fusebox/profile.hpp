@@ -235,7 +235,17 @@ inline std::atomic<bool>& device_timing_flag() {
   static std::atomic<bool> on{false};
   return on;
 }
-inline void set_device_timing(bool on) { device_timing_flag().store(on, std::memory_order_relaxed); }
+/// `repeats` > 1 queues each step that many times back to back and records the mean: the GPU
+/// then waits less on the host between launches, so short kernels are timed closer to their own
+/// time (every step of a compiled call may be repeated: each writes only its own outputs).
+inline std::atomic<int>& device_timing_repeats() {
+  static std::atomic<int> n{1};
+  return n;
+}
+inline void set_device_timing(bool on, int repeats = 1) {
+  device_timing_repeats().store(repeats < 1 ? 1 : repeats, std::memory_order_relaxed);
+  device_timing_flag().store(on, std::memory_order_relaxed);
+}
 inline bool device_timing() noexcept {
   return device_timing_flag().load(std::memory_order_relaxed) && active();
 }

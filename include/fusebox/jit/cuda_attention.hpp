@@ -12,7 +12,8 @@
 //                      into the A operand of P·V without leaving registers (the accumulator layout
 //                      of two 16x8 tiles is the operand layout of one 16x16), and accumulates the
 //                      output in registers. Causal blocks stop at their last query's key tile.
-//                      Scores never reach memory; per block, k and v are read once per tile.
+//                      Scores never reach memory; per block, k and v are read once per tile, the
+//                      next tile into registers while the current one is computed.
 //   fusebox_kernel_v1  any storage and layout: a warp per query row, lanes across the head dim,
 //                      the same online softmax in float (the float32 path, and strides that the
 //                      tensor-core entry cannot take: odd strides, unaligned data).
@@ -176,20 +177,38 @@ extern "C" __global__ void __launch_bounds__(128) fusebox_kernel(fba_args a) {
 
   const int block_end = min((int)(blockIdx.x + 1) * FBA_BQ, a.tq);
   const int kend = FBA_CAUSAL ? min(a.tk, block_end) : a.tk;
+  // The next tile of k and v is loaded into registers while this one is computed (the loads'
+  // latency is hidden behind the tile's mma work), then stored to shared memory.
+  constexpr int KW = FBA_BK * FBA_E / 2 / 128, VW = FBA_BK * FBA_EV / 2 / 128;  // words per thread
+  unsigned kreg[KW], vreg[VW];
+  auto load_tile = [&](int k0) {
+#pragma unroll
+    for (int i = 0; i < KW; ++i) {
+      const int w = threadIdx.x + 128 * i, r = w / (FBA_E / 2), c = w % (FBA_E / 2) * 2;
+      kreg[i] = k0 + r < a.tk ? fba_ld32(K + (long long)(k0 + r) * a.ks[1] + c) : 0u;
+    }
+#pragma unroll
+    for (int i = 0; i < VW; ++i) {
+      const int w = threadIdx.x + 128 * i, r = w / (FBA_EV / 2), c = w % (FBA_EV / 2) * 2;
+      vreg[i] = k0 + r < a.tk ? fba_ld32(V + (long long)(k0 + r) * a.vs[1] + c) : 0u;
+    }
+  };
+  if (kend > 0) load_tile(0);
   for (int k0 = 0; k0 < kend; k0 += FBA_BK) {
     __syncthreads();  // the previous tile is consumed
-    for (int w = threadIdx.x; w < FBA_BK * FBA_E / 2; w += 128) {
-      const int r = w / (FBA_E / 2), c = w % (FBA_E / 2) * 2;
-      const unsigned x = k0 + r < a.tk ? fba_ld32(K + (long long)(k0 + r) * a.ks[1] + c) : 0u;
-      *reinterpret_cast<unsigned*>(&ks[r * FBA_KPAD + c]) = x;
+#pragma unroll
+    for (int i = 0; i < KW; ++i) {
+      const int w = threadIdx.x + 128 * i, r = w / (FBA_E / 2), c = w % (FBA_E / 2) * 2;
+      *reinterpret_cast<unsigned*>(&ks[r * FBA_KPAD + c]) = kreg[i];
     }
-    for (int w = threadIdx.x; w < FBA_BK * FBA_EV / 2; w += 128) {
-      const int r = w / (FBA_EV / 2), c = w % (FBA_EV / 2) * 2;
-      const unsigned x = k0 + r < a.tk ? fba_ld32(V + (long long)(k0 + r) * a.vs[1] + c) : 0u;
-      vt[c * FBA_VPAD + r] = (unsigned short)(x & 0xffffu);
-      vt[(c + 1) * FBA_VPAD + r] = (unsigned short)(x >> 16);
+#pragma unroll
+    for (int i = 0; i < VW; ++i) {
+      const int w = threadIdx.x + 128 * i, r = w / (FBA_EV / 2), c = w % (FBA_EV / 2) * 2;
+      vt[c * FBA_VPAD + r] = (unsigned short)(vreg[i] & 0xffffu);
+      vt[(c + 1) * FBA_VPAD + r] = (unsigned short)(vreg[i] >> 16);
     }
     __syncthreads();
+    if (k0 + FBA_BK < kend) load_tile(k0 + FBA_BK);
     if (FBA_CAUSAL && k0 > q0 + 15) continue;  // every key of the tile is after this warp's queries
 
     float sc[FBA_BK / 8][4];  // scores: rows r0 (0, 1) and r1 (2, 3), keys k0 + 8n + 2t (+1)

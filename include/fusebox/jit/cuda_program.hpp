@@ -164,12 +164,13 @@ struct cuda_program {
       if (timing) {
         timed.emplace_back();
         timed.back().name = kn.kind == plan::kernel_kind::matmul ? "matmul " + std::to_string(k) + ": " +
-                                                                       describe_matmul(concrete, kn)
+                                                                       describe_matmul(p, concrete, kn)
                             : kn.kind == plan::kernel_kind::copy ? std::string("copy")
                                                                  : kernels[k].summary;
         timed.back().start.record(on);
       }
-      switch (kn.kind) {
+      const int repeats = timing ? profile::device_timing_repeats().load(std::memory_order_relaxed) : 1;
+      for (int rep = 0; rep < repeats; ++rep) switch (kn.kind) {
         case plan::kernel_kind::rows:
         case plan::kernel_kind::reduce_cols: launch(f, p, concrete, k, kn, dev, on); break;
         case plan::kernel_kind::matmul: {
@@ -192,14 +193,17 @@ struct cuda_program {
       }
       if (timing) timed.back().stop.record(on);
     }
-    for (timed_step& t : timed) profile::add_span(t.name, "device", 1000.0 * cuda::elapsed_ms(t.start, t.stop));
+    const double per = timing ? 1000.0 / profile::device_timing_repeats().load(std::memory_order_relaxed) : 0.0;
+    for (timed_step& t : timed) profile::add_span(t.name, "device", per * cuda::elapsed_ms(t.start, t.stop));
   }
 
   /// "[B] MxK · KxN" of matmul kernel kn, for device-timing spans.
-  std::string describe_matmul(const std::array<ir::node, N>& concrete, const plan::kernel& kn) const {
+  std::string describe_matmul(const plan::plan_t<N>& p, const std::array<ir::node, N>& concrete,
+                              const plan::kernel& kn) const {
     const auto s = host::mm_sizes(concrete, kn.node);
     return "[" + std::to_string(s[0]) + "] " + std::to_string(s[1]) + "x" + std::to_string(s[3]) + " * " +
-           std::to_string(s[3]) + "x" + std::to_string(s[2]) + (kn.group >= 0 ? " + epilogue" : "");
+           std::to_string(s[3]) + "x" + std::to_string(s[2]) +
+           (kn.group < 0 ? "" : lt_epilogue_of(p, kn).whole ? " + cuBLASLt epilogue" : " + epilogue kernel");
   }
 
 
