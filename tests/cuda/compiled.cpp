@@ -381,7 +381,7 @@ TEST_CASE("CUDA: matmul + bias runs as one cuBLASLt call with its bias epilogue"
   }
 }
 
-TEST_CASE("CUDA: relu and tanh-GELU after matmul (+ bias) run in cuBLASLt's epilogue; erf GELU does not",
+TEST_CASE("CUDA: relu, tanh-GELU and residuals after matmul (+ bias) run in cuBLASLt's epilogue; erf GELU does not",
           "[cuda]") {
   FUSEBOX_REQUIRE_GPU();
   constexpr std::size_t K = 64, C = 48, R = 37;
@@ -426,6 +426,19 @@ TEST_CASE("CUDA: relu and tanh-GELU after matmul (+ bias) run in cuBLASLt's epil
   CHECK(worst(y.to_host(), r) < 1e-4);
   CHECK(path([&] { y = erf_gelu(dx, dm, db); }) == "cuBLASLt matmul then an epilogue kernel");
   for (std::size_t i = 0; i < r.size(); ++i) r[i] = gelu(u[i]);
+  CHECK(worst(y.to_host(), r) < 1e-4);
+  // A residual (a matrix laid out as the product) is cuBLASLt's beta·C: x + product + bias is one
+  // call; relu(product + bias) + x is not (cuBLASLt adds C before its activation).
+  fb::tensor<float, fb::shape<fb::dyn, C>> res(R);
+  res.fill_random(83);
+  const fb::cuda::tensor<float, fb::shape<fb::dyn, C>> dres(res);
+  auto residual = fb::compile([](auto a, auto mm, auto bb, auto xr) { return xr + fb::matmul(a, mm) + bb; });
+  auto relu_then_residual = fb::compile([](auto a, auto mm, auto bb, auto xr) { return fb::relu(fb::matmul(a, mm) + bb) + xr; });
+  CHECK(path([&] { y = residual(dx, dm, db, dres); }) == "cuBLASLt matmul + residual + bias");
+  for (std::size_t i = 0; i < r.size(); ++i) r[i] = u[i] + res.flat(i);
+  CHECK(worst(y.to_host(), r) < 1e-4);
+  CHECK(path([&] { y = relu_then_residual(dx, dm, db, dres); }) == "cuBLASLt matmul then an epilogue kernel");
+  for (std::size_t i = 0; i < r.size(); ++i) r[i] = std::max(0.0, u[i]) + res.flat(i);
   CHECK(worst(y.to_host(), r) < 1e-4);
 }
 

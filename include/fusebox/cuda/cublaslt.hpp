@@ -28,6 +28,9 @@
 // - Algorithms: `lt_algorithms(problem, k)` returns up to k candidates from cuBLASLt's heuristic,
 //   best first, so a caller (max_autotune) can time them; `lt_matmul` takes an index into that
 //   list or an algorithm itself, and otherwise runs the first.
+// - Residual: with `residual`, C = A·B + R (+ bias, then the activation) for a matrix R laid out
+//   as C (cuBLASLt's beta·C with beta = 1 and its C input apart from its D output): a residual
+//   connection added as the product is written, no separate pass.
 // - Alignment: the heuristic assumes every pointer is aligned to `problem.alignment` bytes (256,
 //   as cuMemAlloc gives, by default); lt_matmul refuses pointers that are not, instead of letting
 //   a kernel that relies on it read out of bounds.
@@ -282,6 +285,7 @@ struct lt_problem {
   std::uint32_t alignment = 256;   // bytes every pointer given to lt_matmul is aligned to
   bool trans_a = false;  // A is stored as row-major [K, M] (a transposed view): read as its transpose
   bool trans_b = false;  // B is stored as row-major [N, K]
+  bool residual = false;  // C = A·B + R: R is read (laid out as C) and added before the epilogue
 };
 
 /// A candidate from cuBLASLt's heuristic.
@@ -301,6 +305,7 @@ inline std::string describe(const lt_problem& p) {
                   ", K=" + std::to_string(p.k) + ", " + name(p.type);
   if (p.batch != 1) s += ", batch " + std::to_string(p.batch);
   if (p.bias) s += ", bias";
+  if (p.residual) s += ", + residual";
   if (p.trans_a) s += ", A transposed";
   if (p.trans_b) s += ", B transposed";
   if (p.epilogue != lt_epilogue::none) s += std::string(", ") + name(p.epilogue);
@@ -465,7 +470,7 @@ inline std::string lt_plan_key(const lt_problem& p) {
                        static_cast<std::int64_t>(p.type), static_cast<std::int64_t>(p.bias),
                        static_cast<std::int64_t>(p.epilogue), static_cast<std::int64_t>(p.batch), p.stride_a, p.stride_b,
                        p.stride_c, static_cast<std::int64_t>(p.alignment), static_cast<std::int64_t>(p.trans_a),
-                       static_cast<std::int64_t>(p.trans_b)})
+                       static_cast<std::int64_t>(p.trans_b), static_cast<std::int64_t>(p.residual)})
     k += std::to_string(v) + ",";
   return k;
 }
@@ -537,11 +542,20 @@ namespace detail {
 
 inline void lt_run(const lt_problem& problem, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c,
                    CUdeviceptr bias, CUstream on, const lt_algorithm* chosen,
-                   std::optional<std::size_t> index) {
+                   std::optional<std::size_t> index, CUdeviceptr residual) {
   validate(problem);
-  const std::pair<const char*, CUdeviceptr> pointers[] = {{"A", a}, {"B", b}, {"C", c}, {"bias", bias}};
-  for (std::size_t i = 0; i < (problem.bias ? 4u : 3u); ++i) {
-    const auto& [which, address] = pointers[i];
+  struct operand {
+    const char* which;
+    CUdeviceptr address;
+    bool used;
+  };
+  const operand pointers[] = {{"A", a, true},
+                              {"B", b, true},
+                              {"C", c, true},
+                              {"bias", bias, problem.bias},
+                              {"residual", residual, problem.residual}};
+  for (const auto& [which, address, used] : pointers) {
+    if (!used) continue;
     if (address == 0 || address % problem.alignment != 0)
       throw invalid_argument("fusebox: " + describe(problem) + ": " + which + " pointer " +
                              std::to_string(address) + " is " +
@@ -568,8 +582,9 @@ inline void lt_run(const lt_problem& problem, CUdeviceptr a, CUdeviceptr b, CUde
     }
     lt_descriptors& d = *it->second.descriptors;
     if (problem.bias) d.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, as_pointer(bias), describe(problem));
-    const float alpha = 1.0f, beta = 0.0f;
-    check_cublas(api.matmul(handle, d.operation, &alpha, as_pointer(b), d.a, as_pointer(a), d.b, &beta, as_pointer(c),
+    const float alpha = 1.0f, beta = problem.residual ? 1.0f : 0.0f;
+    const CUdeviceptr c_in = problem.residual ? residual : c;
+    check_cublas(api.matmul(handle, d.operation, &alpha, as_pointer(b), d.a, as_pointer(a), d.b, &beta, as_pointer(c_in),
                             d.d, as_pointer(c), d.d, &it->second.algorithm.algo, as_pointer(workspace),
                             lt_workspace_bytes, on),
                  "cublasLtMatmul", describe(problem));
@@ -592,10 +607,11 @@ inline void lt_run(const lt_problem& problem, CUdeviceptr a, CUdeviceptr b, CUde
     throw invalid_argument("fusebox: " + describe(problem) + ": the algorithm needs " +
                            std::to_string(algorithm.workspace_bytes) + " bytes of workspace, more than " +
                            std::to_string(lt_workspace_bytes));
-  const float alpha = 1.0f, beta = 0.0f;
-  // cuBLASLt's A is our B and its B our A (header comment); beta = 0, so C is write-only.
+  const float alpha = 1.0f, beta = problem.residual ? 1.0f : 0.0f;
+  // cuBLASLt's A is our B and its B our A (header comment); cuBLASLt's C input is the residual
+  // (beta 1) or unused (beta 0), its D output is our C.
   check_cublas(api.matmul(handle, descriptors.operation, &alpha, as_pointer(b), descriptors.a,
-                          as_pointer(a), descriptors.b, &beta, as_pointer(c), descriptors.d,
+                          as_pointer(a), descriptors.b, &beta, as_pointer(problem.residual ? residual : c), descriptors.d,
                           as_pointer(c), descriptors.d, &algorithm.algo, as_pointer(workspace),
                           lt_workspace_bytes, on),
                "cublasLtMatmul", describe(problem));
@@ -603,18 +619,20 @@ inline void lt_run(const lt_problem& problem, CUdeviceptr a, CUdeviceptr b, CUde
 
 }  // namespace detail
 
-/// Queues C = epilogue(A·B + bias) on `on` (row-major; see the header comment). `bias` is read
-/// only when problem.bias. `algorithm` indexes lt_algorithms(problem); the default is the first.
+/// Queues C = epilogue(A·B [+ R] + bias) on `on` (row-major; see the header comment). `bias` is
+/// read only when problem.bias, `residual` (R) only when problem.residual. `algorithm` indexes
+/// lt_algorithms(problem); the default is the first.
 inline void lt_matmul(const lt_problem& problem, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c,
-                      CUdeviceptr bias, CUstream on, std::optional<std::size_t> algorithm = {}) {
-  detail::lt_run(problem, a, b, c, bias, on, nullptr, algorithm);
+                      CUdeviceptr bias, CUstream on, std::optional<std::size_t> algorithm = {},
+                      CUdeviceptr residual = 0) {
+  detail::lt_run(problem, a, b, c, bias, on, nullptr, algorithm, residual);
 }
 
 /// The same with an algorithm from lt_algorithms(problem), skipping the heuristic (autotuned
 /// callers keep the winner).
 inline void lt_matmul(const lt_problem& problem, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c,
-                      CUdeviceptr bias, CUstream on, const lt_algorithm& algorithm) {
-  detail::lt_run(problem, a, b, c, bias, on, &algorithm, std::nullopt);
+                      CUdeviceptr bias, CUstream on, const lt_algorithm& algorithm, CUdeviceptr residual = 0) {
+  detail::lt_run(problem, a, b, c, bias, on, &algorithm, std::nullopt, residual);
 }
 
 }  // namespace fusebox::cuda

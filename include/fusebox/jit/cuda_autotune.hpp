@@ -40,8 +40,8 @@ class lt_tuner {
   /// Queues C = A·B (+ bias where p.bias) for `p` on `on` with the tuned algorithm, tuning it
   /// first if `p` is new.
   void matmul(const cuda::lt_problem& p, cuda::CUdeviceptr a, cuda::CUdeviceptr b, cuda::CUdeviceptr c,
-              cuda::CUdeviceptr bias, cuda::CUstream on) {
-    cuda::lt_matmul(p, a, b, c, bias, on, choose(p, a, b, c, bias, on));
+              cuda::CUdeviceptr bias, cuda::CUstream on, cuda::CUdeviceptr residual = 0) {
+    cuda::lt_matmul(p, a, b, c, bias, on, choose(p, a, b, c, bias, on, residual), residual);
   }
 
   /// Problems tuned by timing in this process, and taken from the disk cache (tests, reports).
@@ -50,7 +50,7 @@ class lt_tuner {
 
  private:
   cuda::lt_algorithm choose(const cuda::lt_problem& p, cuda::CUdeviceptr a, cuda::CUdeviceptr b, cuda::CUdeviceptr c,
-                            cuda::CUdeviceptr bias, cuda::CUstream on) {
+                            cuda::CUdeviceptr bias, cuda::CUstream on, cuda::CUdeviceptr residual) {
     const std::string problem = cuda::detail::lt_plan_key(p);
     std::lock_guard lock(mutex_);
     if (auto it = winners_.find(problem); it != winners_.end()) return it->second;
@@ -63,7 +63,7 @@ class lt_tuner {
       ++from_disk_;
       log(log_category::autotune, cuda::detail::describe(p) + ": algorithm #" + std::to_string(best) + " from the cache");
     } else {
-      best = time_all(p, list, a, b, c, bias, on);
+      best = time_all(p, list, a, b, c, bias, on, residual);
       ++timed_;
       if (disk_.enabled()) disk_.store_blob(key, std::to_string(best));
     }
@@ -72,14 +72,15 @@ class lt_tuner {
 
   /// Times every candidate; returns the fastest one's index (candidates that fail are skipped).
   std::size_t time_all(const cuda::lt_problem& p, const std::vector<cuda::lt_algorithm>& list, cuda::CUdeviceptr a,
-                       cuda::CUdeviceptr b, cuda::CUdeviceptr c, cuda::CUdeviceptr bias, cuda::CUstream on) {
+                       cuda::CUdeviceptr b, cuda::CUdeviceptr c, cuda::CUdeviceptr bias, cuda::CUstream on,
+                       cuda::CUdeviceptr residual) {
     cuda::event start, stop;
     std::vector<float> ms(list.size(), -1.0f);
     for (std::size_t i = 0; i < list.size(); ++i) {
       try {
-        for (int w = 0; w < 2; ++w) cuda::lt_matmul(p, a, b, c, bias, on, list[i]);
+        for (int w = 0; w < 2; ++w) cuda::lt_matmul(p, a, b, c, bias, on, list[i], residual);
         start.record(on);
-        for (int r = 0; r < 5; ++r) cuda::lt_matmul(p, a, b, c, bias, on, list[i]);
+        for (int r = 0; r < 5; ++r) cuda::lt_matmul(p, a, b, c, bias, on, list[i], residual);
         stop.record(on);
         stop.sync();
         ms[i] = cuda::elapsed_ms(start, stop) / 5;

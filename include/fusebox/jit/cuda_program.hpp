@@ -164,7 +164,7 @@ struct cuda_program {
       if (timing) {
         timed.emplace_back();
         timed.back().name = kn.kind == plan::kernel_kind::matmul ? "matmul " + std::to_string(k) + ": " +
-                                                                       describe_matmul(p, concrete, kn)
+                                                                       describe_matmul(f, p, concrete, kn)
                             : kn.kind == plan::kernel_kind::copy ? std::string("copy")
                                                                  : kernels[k].summary;
         timed.back().start.record(on);
@@ -174,7 +174,7 @@ struct cuda_program {
         case plan::kernel_kind::rows:
         case plan::kernel_kind::reduce_cols: launch(f, p, concrete, k, kn, dev, on); break;
         case plan::kernel_kind::matmul: {
-          const lt_fusion fused = lt_epilogue_of(p, kn);  // bias and activation: in cuBLASLt's epilogue
+          const lt_fusion fused = lt_epilogue_of(f, p, kn);  // residual, bias, activation: in cuBLASLt
           run_matmul(f, concrete, kn, on, tune, fused);
           if (kn.group >= 0 && !fused.whole) launch(f, p, concrete, k, kn, dev, on);
           break;
@@ -198,12 +198,12 @@ struct cuda_program {
   }
 
   /// "[B] MxK · KxN" of matmul kernel kn, for device-timing spans.
-  std::string describe_matmul(const plan::plan_t<N>& p, const std::array<ir::node, N>& concrete,
-                              const plan::kernel& kn) const {
+  std::string describe_matmul(const cpu::frame<T, N>& f, const plan::plan_t<N>& p,
+                              const std::array<ir::node, N>& concrete, const plan::kernel& kn) const {
     const auto s = host::mm_sizes(concrete, kn.node);
     return "[" + std::to_string(s[0]) + "] " + std::to_string(s[1]) + "x" + std::to_string(s[3]) + " * " +
            std::to_string(s[3]) + "x" + std::to_string(s[2]) +
-           (kn.group < 0 ? "" : lt_epilogue_of(p, kn).whole ? " + cuBLASLt epilogue" : " + epilogue kernel");
+           (kn.group < 0 ? "" : lt_epilogue_of(f, p, kn).whole ? " + cuBLASLt epilogue" : " + epilogue kernel");
   }
 
 
@@ -293,45 +293,71 @@ struct cuda_program {
     return t == dtype::bf16 ? cuda::lt_type::bf16 : t == dtype::f16 ? cuda::lt_type::f16 : cuda::lt_type::f32;
   }
 
-  /// What cuBLASLt can do of a matmul's epilogue as it writes C: `+ bias` (a contiguous row of
-  /// the product's width), then relu or gelu_tanh (cuBLASLt's GELU is the tanh form).
+  /// What cuBLASLt can do of a matmul's epilogue as it writes C: add a residual (a matrix laid
+  /// out as C: beta·C), add a bias (a contiguous row of the product's width), then relu or
+  /// gelu_tanh (cuBLASLt's GELU is the tanh form).
   struct lt_fusion {
     bool whole = false;  ///< the epilogue is exactly this: no epilogue kernel runs
     int bias = -1;       ///< the bias node, or -1
+    int residual = -1;   ///< the residual node, or -1
     cuda::lt_epilogue act = cuda::lt_epilogue::none;
   };
 
-  /// The epilogue of matmul kernel kn when cuBLASLt can run all of it: product + bias,
-  /// act(product), or act(product + bias).
-  lt_fusion lt_epilogue_of(const plan::plan_t<N>& p, const plan::kernel& kn) const {
-    lt_fusion f;
-    if (kn.group < 0) return f;
+  /// The epilogue of matmul kernel kn when cuBLASLt can run all of it: a sum of the product, at
+  /// most one bias row and at most one residual matrix (any order, any nesting of adds), or an
+  /// activation of the product or of product + bias.
+  lt_fusion lt_epilogue_of(const cpu::frame<T, N>& f, const plan::plan_t<N>& p, const plan::kernel& kn) const {
+    lt_fusion out;
+    if (kn.group < 0) return out;
     const int m = kn.node;
-    int add = -1, act = -1;
+    int act = -1, adds = 0;
+    std::array<bool, N> member{};
     for (std::size_t g = 0; g < N; ++g) {
       if (p.group[g] != kn.group || static_cast<int>(g) == m) continue;
       const ir::node& n = nodes[g];
       const std::string_view op = n.desc.kind == node_kind::pointwise ? n.desc.name : "";
-      if (op == "add" && n.n_inputs == 2 && add < 0) add = static_cast<int>(g);
+      if (op == "add" && n.n_inputs == 2) ++adds;
       else if ((op == "relu" || op == "gelu_tanh") && n.n_inputs == 1 && act < 0) act = static_cast<int>(g);
-      else return f;  // another op, or a second add or activation
+      else return out;  // another op, or a second activation
+      member[g] = true;
     }
-    if (act >= 0 && nodes[act].inputs[0] != (add >= 0 ? add : m)) return f;
-    if (add >= 0) {
-      const int other = nodes[add].inputs[0] == m ? nodes[add].inputs[1] : nodes[add].inputs[1] == m ? nodes[add].inputs[0] : -1;
-      if (other < 0 || !unit_inner[other]) return f;
-      const ir::node& b = nodes[other];
-      if (b.desc.kind != node_kind::input && b.desc.kind != node_kind::tensor) return f;
-      const dims& bs = b.desc.shape;
-      const dims& cs = nodes[m].desc.shape;
-      for (std::size_t d = 0; d + 1 < bs.rank; ++d)
-        if (bs.extent[d] != 1) return f;
-      if (bs.rank < 1 || bs.back(0) != cs.back(0)) return f;
-      f.bias = other;
+    const dims& cs = nodes[m].desc.shape;
+    int product_uses = 0;
+    lt_fusion f2;
+    for (std::size_t g = 0; g < N; ++g) {
+      if (!member[g] || static_cast<int>(g) == act) continue;
+      for (int q = 0; q < 2; ++q) {
+        const int in = nodes[g].inputs[q];
+        if (in == m) {
+          ++product_uses;
+          continue;
+        }
+        if (member[in]) continue;
+        const ir::node& x = nodes[in];
+        const dims& xs = x.desc.shape;
+        bool row = xs.rank >= 1 && xs.back(0) == cs.back(0) && unit_inner[in] &&
+                   (x.desc.kind == node_kind::input || x.desc.kind == node_kind::tensor);
+        for (std::size_t d = 0; row && d + 1 < xs.rank; ++d) row = xs.extent[d] == 1;
+        if (row && f2.bias < 0) {
+          f2.bias = in;
+        } else if (xs == cs && f2.residual < 0 && f.loc[in].data && f.loc[in].contiguous()) {
+          f2.residual = in;  // laid out as C: cuBLASLt reads it as its C input
+        } else {
+          return out;
+        }
+      }
     }
-    if (act >= 0) f.act = std::string_view(nodes[act].desc.name) == "relu" ? cuda::lt_epilogue::relu : cuda::lt_epilogue::gelu_tanh;
-    f.whole = add >= 0 || act >= 0;
-    return f;
+    if (product_uses != (adds > 0 ? 1 : 0)) return out;
+    if (act >= 0) {
+      // cuBLASLt adds beta·C before its activation: act(product + bias) only.
+      if (f2.residual >= 0 || adds > 1) return out;
+      const int in = nodes[act].inputs[0];
+      if (in != m && !(adds == 1 && member[in])) return out;
+      if (in == m && adds > 0) return out;
+      f2.act = std::string_view(nodes[act].desc.name) == "relu" ? cuda::lt_epilogue::relu : cuda::lt_epilogue::gelu_tanh;
+    }
+    f2.whole = adds > 0 || act >= 0;
+    return f2;
   }
 
   void run_matmul(const cpu::frame<T, N>& f, const std::array<ir::node, N>& concrete, const plan::kernel& kn,
@@ -368,18 +394,23 @@ struct cuda_program {
     if (prob.batch == 1) prob.stride_a = prob.stride_b = cuda::lt_problem::packed;
     prob.bias = bias >= 0;
     prob.epilogue = fused.act;
+    prob.residual = fused.residual >= 0;
+    const void* residual_data = prob.residual ? static_cast<const void*>(f.loc[fused.residual].data) : nullptr;
     const void* bias_data = prob.bias ? static_cast<const void*>(f.loc[bias].data) : nullptr;
     std::uint32_t align = 256;
     for (const void* ptr : {static_cast<const void*>(A.data), static_cast<const void*>(B.data), static_cast<const void*>(C.data),
-                            bias_data})
+                            bias_data, residual_data})
       while (ptr && align > sizeof(T) && reinterpret_cast<std::uintptr_t>(ptr) % align != 0) align /= 2;
     prob.alignment = align;
     const char* act = fused.act == cuda::lt_epilogue::relu ? " + relu" : fused.act == cuda::lt_epilogue::gelu_tanh ? " + gelu_tanh" : "";
-    profile::scoped_span span(std::string(prob.bias ? "cuBLASLt matmul + bias" : "cuBLASLt matmul") + act, "kernel");
+    profile::scoped_span span(std::string("cuBLASLt matmul") + (prob.residual ? " + residual" : "") +
+                                  (prob.bias ? " + bias" : "") + act,
+                              "kernel");
     const auto a = reinterpret_cast<cuda::CUdeviceptr>(A.data), b = reinterpret_cast<cuda::CUdeviceptr>(B.data),
                c = reinterpret_cast<cuda::CUdeviceptr>(C.data), bv = reinterpret_cast<cuda::CUdeviceptr>(bias_data);
-    if (tune) lt_tuner::instance().matmul(prob, a, b, c, bv, on);
-    else cuda::lt_matmul(prob, a, b, c, bv, on);
+    const auto rv = reinterpret_cast<cuda::CUdeviceptr>(residual_data);
+    if (tune) lt_tuner::instance().matmul(prob, a, b, c, bv, on, rv);
+    else cuda::lt_matmul(prob, a, b, c, bv, on, std::optional<std::size_t>{}, rv);
   }
 
   static void copy(const strided<T>& from, const strided<T>& to, cuda::CUstream on) {
