@@ -15,7 +15,7 @@
 // same double reference as the faithful mode's. compile_s is the first call (NVRTC cold unless the cache directory is warm); max_rel_err is
 // ||y - r|| / ||r|| against a double reference on sampled rows (bfloat16: from the rounded
 // weights and inputs the model actually sees). Prints JSON lines (BENCHMARKS.md fields) then a table.
-//   bench_gpu [--quick] [--only W1|W2|W3|W4|warm]
+//   bench_gpu [--quick] [--only W1|W2|W3|W4|warm|attention]   (attention: W4's attention alone, not in the full run)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -488,7 +488,7 @@ int warm_child() try {
 int main(int argc, char** argv) {
   if (argc == 2 && std::string(argv[1]) == "--warm-child") return warm_child();
   bool quick = false;
-  std::string only;  // --only W1|W2|W3|W4|warm: one workload (profiling runs)
+  std::string only;  // --only W1|W2|W3|W4|warm|attention: one workload (profiling runs)
   for (int i = 1; i < argc; ++i) {
     quick = quick || std::string(argv[i]) == "--quick";
     if (std::string(argv[i]) == "--only" && i + 1 < argc) only = argv[++i];
@@ -586,6 +586,22 @@ int main(int argc, char** argv) {
   }
   for (fb::mode mode : {fb::mode::default_, fb::mode::reduce_overhead})
     if (want("W4")) run_w4(lim, mode, quick);
+  if (only == "attention") {  // W4's attention alone (bf16, causal, 12 heads of 64, 256 tokens) at two batches
+    for (std::size_t batch : {std::size_t{8}, std::size_t{32}}) {
+      fb::tensor<float, fb::shape<fb::dyn, 256, 12, 64>> q(batch), k(batch), v(batch);
+      q.fill_random(91), k.fill_random(92), v.fill_random(93);
+      const fb::cuda::tensor<fb::bfloat16, fb::shape<fb::dyn, 256, 12, 64>> dq(q), dk(k), dv(v);
+      auto att = fb::compile([](auto a, auto b, auto c) { return fb::attention(a, b, c, fb::causal); });
+      auto y = att(dq, dk, dv);
+      const auto t = time_device([&] { y = att(dq, dk, dv); }, quick);
+      bench::record r{"attention_b" + std::to_string(batch), "fusebox", "jit"};
+      r.set(t);
+      r.flops = 4.0 * batch * 12 * 64 * (256.0 * 257 / 2);
+      r.gflops = r.flops / (r.median_us * 1e-6) / 1e9;
+      r.note = fmt("%.0f TFLOP/s of causal attention (bf16, [%zu, 256, 12, 64])", r.gflops / 1e3, batch);
+      add(r);
+    }
+  }
   if (want("warm")) {  // Warm start of W3 (float32, batch 1) in a fresh process from this run's cache.
     const std::string line = bench::run_child(argv[0], "--warm-child");
     double since_start = -1, cuda_start = -1, host_setup = -1, upload = -1, lt_start = -1, first = -1;
