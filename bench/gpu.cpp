@@ -591,10 +591,12 @@ int main(int argc, char** argv) {
       fb::tensor<float, fb::shape<fb::dyn, 256, 12, 64>> q(batch), k(batch), v(batch);
       q.fill_random(91), k.fill_random(92), v.fill_random(93);
       const fb::cuda::tensor<fb::bfloat16, fb::shape<fb::dyn, 256, 12, 64>> dq(q), dk(k), dv(v);
-      auto att = fb::compile([](auto a, auto b, auto c) { return fb::attention(a, b, c, fb::causal); });
+      // Replayed from a CUDA graph: the host's per-call cost would otherwise be timed with it.
+      auto att = fb::compile([](auto a, auto b, auto c) { return fb::attention(a, b, c, fb::causal); },
+                             fb::options{.mode = fb::mode::reduce_overhead});
       auto y = att(dq, dk, dv);
       const auto t = time_device([&] { y = att(dq, dk, dv); }, quick);
-      bench::record r{"attention_b" + std::to_string(batch), "fusebox", "jit"};
+      bench::record r{"attention_b" + std::to_string(batch), "fusebox", "reduce_overhead"};
       r.set(t);
       r.flops = 4.0 * batch * 12 * 64 * (256.0 * 257 / 2);
       r.gflops = r.flops / (r.median_us * 1e-6) / 1e9;
