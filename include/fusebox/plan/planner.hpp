@@ -99,20 +99,38 @@ struct grouping {
   }
 
   // Is the union of the groups of a and b convex: no node outside reachable from it that also reaches it?
+  // Reach is over kernels, not nodes: reaching one member of another group reaches all of it (it
+  // runs as one kernel). Node reach alone misses a cycle through two groups that each hold
+  // unconnected parts: A -> x -> B and B -> y -> A with no path from B's x-side to its y-side (a
+  // forward and a backward fused side by side, as a gradient's joint graph has them).
   constexpr bool convex_union(int ga, int gb) {
+    constexpr int n = static_cast<int>(N);
     std::array<bool, N> in{}, from{}, to{};
-    for (int i = 0; i < static_cast<int>(N); ++i) in[i] = groupable(i) && (find(i) == ga || find(i) == gb);
-    // Forward reach from the group, in topological (id) order.
-    for (int i = 0; i < static_cast<int>(N); ++i)
-      for (int k = 0; k < nodes[i].n_inputs; ++k) {
-        const int p = nodes[i].inputs[k];
-        if (in[p] || from[p]) from[i] = true;
-      }
-    // Backward reach to the group, in reverse order.
-    for (int c = static_cast<int>(N) - 1; c >= 0; --c)
-      if (in[c] || to[c])
-        for (int k = 0; k < nodes[c].n_inputs; ++k) to[nodes[c].inputs[k]] = true;
-    for (int i = 0; i < static_cast<int>(N); ++i)
+    for (int i = 0; i < n; ++i) in[i] = groupable(i) && (find(i) == ga || find(i) == gb);
+    auto close_groups = [&](std::array<bool, N>& reach) {
+      std::array<bool, N> hit{};  // by group root
+      for (int i = 0; i < n; ++i)
+        if (reach[i] && !in[i] && groupable(i)) hit[find(i)] = true;
+      bool grew = false;
+      for (int j = 0; j < n; ++j)
+        if (!reach[j] && !in[j] && groupable(j) && hit[find(j)]) reach[j] = grew = true;
+      return grew;
+    };
+    // Forward reach from the group, in topological (id) order, until no group adds members.
+    do {
+      for (int i = 0; i < n; ++i)
+        for (int k = 0; k < nodes[i].n_inputs; ++k) {
+          const int p = nodes[i].inputs[k];
+          if (in[p] || from[p]) from[i] = true;
+        }
+    } while (close_groups(from));
+    // Backward reach to the group, in reverse order, likewise.
+    do {
+      for (int c = n - 1; c >= 0; --c)
+        if (in[c] || to[c])
+          for (int k = 0; k < nodes[c].n_inputs; ++k) to[nodes[c].inputs[k]] = true;
+    } while (close_groups(to));
+    for (int i = 0; i < n; ++i)
       if (!in[i] && from[i] && to[i]) return false;
     return true;
   }
@@ -347,7 +365,15 @@ constexpr plan_t<N> make_plan(const std::array<ir::node, N>& nodes, const std::a
       }
       if (ready) pick = u;
     }
-    if (pick < 0) break;
+    if (pick < 0) {
+      // Every unit must be scheduled; one left over means the units depend on each other in a
+      // cycle, and a plan without it would compute garbage. (A throw in constant evaluation is a
+      // build error.)
+      for (int u = 0; u < n; ++u)
+        if (is_unit[u] && !scheduled[u])
+          throw invalid_argument("fusebox internal: the planner's kernels depend on each other in a cycle");
+      break;
+    }
     scheduled[pick] = true;
     kernel k{};
     const node_kind nk = nodes[pick].desc.kind;
