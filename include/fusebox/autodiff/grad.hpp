@@ -136,6 +136,19 @@ struct tree_size {
   }();
 };
 
+/// An argument's element type and shape (void and rank 0 for a non-tensor, which wrt<> refuses
+/// with its own message rather than a cascade of errors).
+template <class A>
+struct argument_traits {
+  using value_type = void;
+  using shape_type = shape<>;
+};
+template <class T, class S>
+struct argument_traits<tensor<T, S>> {
+  using value_type = T;
+  using shape_type = S;
+};
+
 /// Everything about grad(f, wrt<W...>) at these argument types, as types and constants.
 template <class F, class Wrt, class... Args>
 struct plan_of;
@@ -161,7 +174,9 @@ struct plan_of<F, wrt_t<W...>, Args...> {
   template <std::size_t I>
   using arg = meta::at_t<(I < arguments ? I : 0), args>;
   static_assert((static_check::wrt_not_a_tensor<W, arg<W>, is_tensor_v<arg<W>>>::value && ...));
-  static_assert((static_check::wrt_element_type<W, arg<W>, T, std::is_same_v<typename arg<W>::value_type, T>>::value &&
+  static_assert((static_check::wrt_element_type<W, arg<W>, T,
+                                                !is_tensor_v<arg<W>> ||
+                                                    std::is_same_v<typename argument_traits<arg<W>>::value_type, T>>::value &&
                  ...));
 
   static constexpr std::size_t payloads = payload_count<loss_t>;
@@ -169,7 +184,7 @@ struct plan_of<F, wrt_t<W...>, Args...> {
   using tape_t = tape<root, arguments + payloads>;
   static constexpr std::size_t inputs = tape_t::inputs;
   template <std::size_t I>
-  using leaf = input_leaf<I, T, typename arg<I>::shape_type>;
+  using leaf = input_leaf<I, T, typename argument_traits<arg<I>>::shape_type>;
   using roots = meta::type_list<root, typename tape_t::template gradient<leaf<W>>...>;
   using program = cpu::program<T, root, typename tape_t::template gradient<leaf<W>>...>;
   using forward_program = cpu::program<T, root>;
