@@ -5,14 +5,15 @@
 //   fusebox_kernel     (16-bit storage, head dims multiples of 16 and 8, at most 128) flash
 //                      attention on tensor cores: a block of 4 warps takes 64 queries of one
 //                      (batch, head); each warp keeps its 16 query rows' q as mma operands in
-//                      registers, and for each tile of 64 keys (k and vᵀ staged in shared memory,
-//                      rows padded so the operand reads are free of bank conflicts) computes the
-//                      scores with mma.m16n8k16 (float accumulation), masks and rescales them with
-//                      an online softmax in registers (exp2 of log2-scaled scores), turns them
-//                      into the A operand of P·V without leaving registers (the accumulator layout
-//                      of two 16x8 tiles is the operand layout of one 16x16), and accumulates the
-//                      output in registers. Causal blocks stop at their last query's key tile.
-//                      Scores never reach memory; per block, k and v are read once per tile.
+//                      registers. Tiles of 64 keys of k and v are copied to shared memory with
+//                      cp.async (no registers; rows padded so operand reads are free of bank
+//                      conflicts), the next tile while this one is used where two fit. Per step of
+//                      32 keys a warp computes the scores with mma.m16n8k16 (float accumulation),
+//                      masks and rescales them with an online softmax in registers (exp2 of
+//                      log2-scaled scores), turns them into the A operand of P·V without leaving
+//                      registers (the accumulator layout of two 16x8 tiles is the operand layout of
+//                      one 16x16) and accumulates the output in registers. Causal blocks stop at
+//                      their last query's tile. Scores never reach memory.
 //   fusebox_kernel_v1  any storage and layout: a warp per query row, lanes across the head dim,
 //                      the same online softmax in float (the float32 path, and strides that the
 //                      tensor-core entry cannot take: odd strides, unaligned data).
@@ -148,11 +149,25 @@ __device__ __forceinline__ unsigned fba_ld32(const fba_t* p) { return *reinterpr
 // at batch 32: 78.9 / 72.9 / 85.3 µs); 16 keeps head dim 128 within 255 registers without spills.
 constexpr int FBA_BQ = 64, FBA_BK = 64, FBA_BN = FBA_E > 64 ? 16 : 32;
 constexpr int FBA_KPAD = FBA_E + 8;    // k tile row stride (elements): word offset 4 per row
-constexpr int FBA_VPAD = FBA_BK + 8;   // vᵀ tile row stride
+constexpr int FBA_VPAD = FBA_EV + 8;   // v tile row stride
+// Tiles in flight: two (the next one copied while this one is used) where both fit in the 48 KB
+// of static shared memory, else one.
+constexpr int FBA_NBUF = FBA_E > 64 || FBA_EV > 64 ? 1 : 2;
+
+__device__ __forceinline__ unsigned fba_smem_address(const void* p) {
+  unsigned r;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
+  return r;
+}
+// 16 bytes from global to shared memory without passing through registers; zeros when !valid.
+__device__ __forceinline__ void fba_copy16(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(fba_smem_address(smem)), "l"(gmem),
+               "r"(valid ? 16 : 0));
+}
 
 extern "C" __global__ void __launch_bounds__(128) fusebox_kernel(fba_args a) {
-  __shared__ __align__(16) unsigned short ks[FBA_BK * FBA_KPAD];
-  __shared__ __align__(16) unsigned short vt[FBA_EV * FBA_VPAD];
+  __shared__ __align__(16) unsigned short ks[FBA_NBUF][FBA_BK * FBA_KPAD];
+  __shared__ __align__(16) unsigned short vs[FBA_NBUF][FBA_BK * FBA_VPAD];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int b = blockIdx.y / a.heads, h = blockIdx.y % a.heads;
   const int q0 = blockIdx.x * FBA_BQ + warp * 16;  // this warp's first query
@@ -178,25 +193,30 @@ extern "C" __global__ void __launch_bounds__(128) fusebox_kernel(fba_args a) {
 
   const int block_end = min((int)(blockIdx.x + 1) * FBA_BQ, a.tq);
   const int kend = FBA_CAUSAL ? min(a.tk, block_end) : a.tk;
-  constexpr int KW = FBA_BK * FBA_E / 2 / 128, VW = FBA_BK * FBA_EV / 2 / 128;  // words per thread
-  for (int k0 = 0; k0 < kend; k0 += FBA_BK) {
-    __syncthreads();  // the previous tile is consumed
-    // Four loads in flight a thread: with all 32 in flight (and the whole tile's scores) the kernel
-    // took 255 registers and spilled; now 96 (head dim 64).
-#pragma unroll 4
-    for (int i = 0; i < KW; ++i) {
-      const int w = threadIdx.x + 128 * i, r = w / (FBA_E / 2), c = w % (FBA_E / 2) * 2;
-      const unsigned x = k0 + r < a.tk ? fba_ld32(K + (long long)(k0 + r) * a.ks[1] + c) : 0u;
-      *reinterpret_cast<unsigned*>(&ks[r * FBA_KPAD + c]) = x;
+  // Tile copies (k and v rows as they are, 16 bytes a copy), queued asynchronously.
+  auto copy_tile = [&](int k0, int buf) {
+    for (int w = threadIdx.x; w < FBA_BK * FBA_E / 8; w += 128) {
+      const int r = w / (FBA_E / 8), c = w % (FBA_E / 8) * 8;
+      const bool in = k0 + r < a.tk;
+      fba_copy16(&ks[buf][r * FBA_KPAD + c], in ? K + (long long)(k0 + r) * a.ks[1] + c : K, in);
     }
-#pragma unroll 4
-    for (int i = 0; i < VW; ++i) {
-      const int w = threadIdx.x + 128 * i, r = w / (FBA_EV / 2), c = w % (FBA_EV / 2) * 2;
-      const unsigned x = k0 + r < a.tk ? fba_ld32(V + (long long)(k0 + r) * a.vs[1] + c) : 0u;
-      vt[c * FBA_VPAD + r] = (unsigned short)(x & 0xffffu);
-      vt[(c + 1) * FBA_VPAD + r] = (unsigned short)(x >> 16);
+    for (int w = threadIdx.x; w < FBA_BK * FBA_EV / 8; w += 128) {
+      const int r = w / (FBA_EV / 8), c = w % (FBA_EV / 8) * 8;
+      const bool in = k0 + r < a.tk;
+      fba_copy16(&vs[buf][r * FBA_VPAD + c], in ? V + (long long)(k0 + r) * a.vs[1] + c : V, in);
     }
-    __syncthreads();
+    asm volatile("cp.async.commit_group;");
+  };
+  if (kend > 0) copy_tile(0, 0);
+  for (int it = 0, k0 = 0; k0 < kend; ++it, k0 += FBA_BK) {
+    const int buf = FBA_NBUF == 2 ? it & 1 : 0;
+    if (FBA_NBUF == 2 && k0 + FBA_BK < kend) {
+      copy_tile(k0 + FBA_BK, buf ^ 1);  // its buffer was last read in the previous iteration
+      asm volatile("cp.async.wait_group 1;");
+    } else {
+      asm volatile("cp.async.wait_group 0;");
+    }
+    __syncthreads();  // this tile is in shared memory for every thread
     // The tile in steps of FBA_BN keys, so a thread holds one step's scores in registers.
 #pragma unroll 1
     for (int kb = 0; kb < FBA_BK; kb += FBA_BN) {
@@ -206,7 +226,7 @@ extern "C" __global__ void __launch_bounds__(128) fusebox_kernel(fba_args a) {
 #pragma unroll
       for (int n = 0; n < FBA_BN / 8; ++n) {
         sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
-        const unsigned short* kr = &ks[(kb + n * 8 + g) * FBA_KPAD + 2 * t];
+        const unsigned short* kr = &ks[buf][(kb + n * 8 + g) * FBA_KPAD + 2 * t];
 #pragma unroll
         for (int s = 0; s < FBA_E / 16; ++s)
           fba_mma(sc[n], qf[s], *reinterpret_cast<const unsigned*>(kr + s * 16),
@@ -259,11 +279,15 @@ extern "C" __global__ void __launch_bounds__(128) fusebox_kernel(fba_args a) {
                                fba_pack(sc[2 * s + 1][0], sc[2 * s + 1][1]), fba_pack(sc[2 * s + 1][2], sc[2 * s + 1][3])};
 #pragma unroll
         for (int n = 0; n < FBA_EV / 8; ++n) {
-          const unsigned short* vr = &vt[(n * 8 + g) * FBA_VPAD + kb + s * 16 + 2 * t];
-          fba_mma(o[n], p, *reinterpret_cast<const unsigned*>(vr), *reinterpret_cast<const unsigned*>(vr + 8));
+          // B operand (keys 2t, 2t+1 and 2t+8, 2t+9 of the step; column n*8 + g) from row-major v.
+          const unsigned short* vr = &vs[buf][(kb + s * 16 + 2 * t) * FBA_VPAD + n * 8 + g];
+          fba_mma(o[n], p, vr[0] | static_cast<unsigned>(vr[FBA_VPAD]) << 16,
+                  vr[8 * FBA_VPAD] | static_cast<unsigned>(vr[9 * FBA_VPAD]) << 16);
         }
       }
     }
+    __syncthreads();  // every warp is done with this tile's buffer
+    if (FBA_NBUF == 1 && k0 + FBA_BK < kend) copy_tile(k0 + FBA_BK, 0);
   }
 #pragma unroll
   for (int x = 1; x < 4; x *= 2) {
@@ -284,13 +308,14 @@ extern "C" __global__ void __launch_bounds__(128) fusebox_kernel(fba_args a) {
   return r;
 }
 
-/// Whether the tensor-core entry may take these operands: unit stride along the head dim, even
-/// strides elsewhere and 4-byte aligned data (it moves pairs of 16-bit values).
+/// Whether the tensor-core entry may take this operand: unit stride along the head dim, and every
+/// row start aligned to `bytes` (q and o move pairs of 16-bit values: 4; k and v are copied to
+/// shared memory 16 bytes at a time: 16).
 template <class T>
-bool attention_pairs_ok(const strided<T>& x) {
-  if (x.stride[3] != 1 || reinterpret_cast<std::uintptr_t>(x.data) % 4 != 0) return false;
+bool attention_rows_aligned(const strided<T>& x, std::size_t bytes) {
+  if (x.stride[3] != 1 || reinterpret_cast<std::uintptr_t>(x.data) % bytes != 0) return false;
   for (int d = 0; d < 3; ++d)
-    if (x.stride[d] % 2 != 0) return false;
+    if (static_cast<std::size_t>(x.stride[d]) * sizeof(T) % bytes != 0) return false;
   return true;
 }
 
@@ -318,8 +343,8 @@ void launch_attention(const rendered_cuda_kernel& rk, cuda::CUfunction tc, cuda:
   void* args[] = {&a};
   cuda::dim3 grid, block;
   block.x = attention_block_threads;
-  const bool tensor_cores = rk.tensor_cores && attention_pairs_ok(q) && attention_pairs_ok(k) && attention_pairs_ok(v) &&
-                            attention_pairs_ok(o);
+  const bool tensor_cores = rk.tensor_cores && attention_rows_aligned(q, 4) && attention_rows_aligned(o, 4) &&
+                            attention_rows_aligned(k, 16) && attention_rows_aligned(v, 16);
   if (tensor_cores) {
     grid.x = static_cast<unsigned>((q.shape[1] + attention_block_queries - 1) / attention_block_queries);
     grid.y = static_cast<unsigned>(q.shape[0] * q.shape[2]);
