@@ -279,10 +279,15 @@ extern "C" __global__ void __launch_bounds__(128) fusebox_kernel(fba_args a) {
                                fba_pack(sc[2 * s + 1][0], sc[2 * s + 1][1]), fba_pack(sc[2 * s + 1][2], sc[2 * s + 1][3])};
 #pragma unroll
         for (int n = 0; n < FBA_EV / 8; ++n) {
-          // B operand (keys 2t, 2t+1 and 2t+8, 2t+9 of the step; column n*8 + g) from row-major v.
-          const unsigned short* vr = &vs[buf][(kb + s * 16 + 2 * t) * FBA_VPAD + n * 8 + g];
-          fba_mma(o[n], p, vr[0] | static_cast<unsigned>(vr[FBA_VPAD]) << 16,
-                  vr[8 * FBA_VPAD] | static_cast<unsigned>(vr[9 * FBA_VPAD]) << 16);
+          // B operand (keys 2t, 2t+1 and 2t+8, 2t+9 of the step; column n*8 + g) from row-major v:
+          // ldmatrix .trans reads the two 8x8 blocks of keys (lanes 0-15 give their rows) and
+          // hands each thread its transposed pairs.
+          unsigned b0, b1;
+          const unsigned row = fba_smem_address(&vs[buf][(kb + s * 16 + (lane & 15)) * FBA_VPAD + n * 8]);
+          asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"
+                       : "=r"(b0), "=r"(b1)
+                       : "r"(row));
+          fba_mma(o[n], p, b0, b1);
         }
       }
     }
