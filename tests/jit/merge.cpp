@@ -12,21 +12,13 @@
 
 #include <fusebox/fusebox.hpp>
 
+#include "../support/private_cache.hpp"
+
 namespace fb = fusebox;
 
 namespace {
 
-struct cache_dir_guard {
-  fb::jit::temp_directory dir{fb::jit::detail::temp_root(), "fusebox-merge-"};
-  cache_dir_guard() {
-    ::setenv("FUSEBOX_CACHE_DIR", dir.path().c_str(), 1);
-    ::setenv("FUSEBOX_CXXFLAGS", "-O1", 1);
-  }
-};
-cache_dir_guard& cache() {
-  static cache_dir_guard g;
-  return g;
-}
+void cache() { fbt::use_private_cache("fusebox-merge-"); }
 
 constexpr std::size_t K = 24, N = 10;
 using X = fb::tensor<float, fb::shape<fb::dyn, K>>;

@@ -12,23 +12,13 @@
 
 #include <fusebox/fusebox.hpp>
 
+#include "../support/private_cache.hpp"
+
 namespace fb = fusebox;
 
 namespace {
 
-/// Each test case gets a private cache directory (FUSEBOX_CACHE_DIR is read when the process's
-/// kernel store is first used, so one directory serves the whole test binary).
-struct cache_dir_guard {
-  fb::jit::temp_directory dir{fb::jit::detail::temp_root(), "fusebox-policy-"};
-  cache_dir_guard() {
-    ::setenv("FUSEBOX_CACHE_DIR", dir.path().c_str(), 1);
-    ::setenv("FUSEBOX_CXXFLAGS", "-O1", 1);
-  }
-};
-cache_dir_guard& cache() {
-  static cache_dir_guard g;
-  return g;
-}
+void cache() { fbt::use_private_cache("fusebox-policy-"); }
 
 auto model = [](auto x, auto w, auto b) { return fb::softmax(fb::gelu(fb::matmul(x, w) + b)); };
 using X = fb::tensor<float, fb::shape<fb::dyn, 24>>;
