@@ -1,11 +1,24 @@
-// Differential fuzzing (tests/jit/fuzz.hpp): FUSEBOX_FUZZ_COUNT seeded programs from
-// FUSEBOX_FUZZ_BASE, each run eagerly, through the static path, and through the JIT specialised to
-// its extents and with the row extent symbolic, against a double-precision reference. The JIT
-// kernels of every program in this part are compiled in one run of the host compiler.
+// Differential fuzzing (tests/jit/fuzz.hpp): FUSEBOX_FUZZ_COUNT seeded programs, each run eagerly,
+// through the static path, and through the JIT specialised to its extents and with the row extent
+// symbolic, against a double-precision reference. The JIT kernels of every program in this part
+// are compiled in one run of the host compiler.
+//
+// Which programs: the seeds FUSEBOX_FUZZ_BASE .. FUSEBOX_FUZZ_BASE + FUSEBOX_FUZZ_POOL - 1 (the
+// pool), ordered by their extents and then by seed, and of those the FUSEBOX_FUZZ_SLICE-th run of
+// FUSEBOX_FUZZ_COUNT. Parts that split one pool into slices build every seed of it exactly once.
+// Ordering by extents is for the build: eager evaluation instantiates a cpu::program per op and
+// operand shapes, and programs over the same extents share those, so a part that holds two or three
+// of the 16 extent pairs builds in about two thirds of the time of one that holds them all.
+#include <catch2/catch.hpp>
+#include <fusebox/fusebox.hpp>
+
 #include "fuzz.hpp"
 
+#include <algorithm>
+#include <array>
 #include <functional>
 #include <memory>
+#include <tuple>
 #include <utility>
 
 #ifndef FUSEBOX_FUZZ_BASE
@@ -13,6 +26,12 @@
 #endif
 #ifndef FUSEBOX_FUZZ_COUNT
 #define FUSEBOX_FUZZ_COUNT 50
+#endif
+#ifndef FUSEBOX_FUZZ_POOL
+#define FUSEBOX_FUZZ_POOL FUSEBOX_FUZZ_COUNT
+#endif
+#ifndef FUSEBOX_FUZZ_SLICE
+#define FUSEBOX_FUZZ_SLICE 0
 #endif
 // Whether this part also renders its programs as CUDA (NVRTC, and a run on a GPU when present).
 // The CUDA half adds ~15% to a part's build and an NVRTC run to its test time, and the IR fuzzer
@@ -37,11 +56,34 @@ struct case_result {
 
 constexpr double tolerance = 2e-4;
 
+// The extents of program `seed`: x is [rows_of(seed), cols_of(seed)].
+constexpr std::size_t rows_of(std::uint64_t seed) {
+  constexpr std::size_t rows_choice[] = {1, 3, 17, 33};
+  return rows_choice[mix(seed * 7) % 4];
+}
+constexpr std::size_t cols_of(std::uint64_t seed) {
+  constexpr std::size_t cols_choice[] = {1, 5, 16, 40};
+  return cols_choice[mix(seed * 11) % 4];
+}
+
+static_assert((FUSEBOX_FUZZ_SLICE + 1) * FUSEBOX_FUZZ_COUNT <= FUSEBOX_FUZZ_POOL,
+              "fuzz: slice FUSEBOX_FUZZ_SLICE of FUSEBOX_FUZZ_COUNT seeds lies outside the pool");
+
+/// This part's seeds (see the top of the file).
+constexpr std::array<std::uint64_t, FUSEBOX_FUZZ_COUNT> part_seeds = [] {
+  std::array<std::uint64_t, FUSEBOX_FUZZ_POOL> pool{};
+  for (std::size_t i = 0; i < pool.size(); ++i) pool[i] = FUSEBOX_FUZZ_BASE + i;
+  std::sort(pool.begin(), pool.end(), [](std::uint64_t a, std::uint64_t b) {
+    return std::tuple(rows_of(a), cols_of(a), a) < std::tuple(rows_of(b), cols_of(b), b);
+  });
+  std::array<std::uint64_t, FUSEBOX_FUZZ_COUNT> mine{};
+  for (std::size_t i = 0; i < mine.size(); ++i) mine[i] = pool[FUSEBOX_FUZZ_SLICE * FUSEBOX_FUZZ_COUNT + i];
+  return mine;
+}();
+
 template <std::uint64_t Seed>
 case_result run_case() {
-  constexpr std::size_t rows_choice[] = {1, 3, 17, 33};
-  constexpr std::size_t cols_choice[] = {1, 5, 16, 40};
-  constexpr std::size_t R = rows_choice[mix(Seed * 7) % 4], C = cols_choice[mix(Seed * 11) % 4];
+  constexpr std::size_t R = rows_of(Seed), C = cols_of(Seed);
   using L = leaves<R, C>;
   using E = typename gen<L, Seed, 3>::type;
   using Prog = fb::cpu::program<float, E>;
@@ -172,7 +214,7 @@ case_result run_case() {
 template <std::size_t... I>
 std::vector<case_result> all_cases(std::index_sequence<I...>) {
   std::vector<case_result> v;
-  (v.push_back(run_case<FUSEBOX_FUZZ_BASE + I>()), ...);
+  (v.push_back(run_case<part_seeds[I]>()), ...);
   return v;
 }
 

@@ -1,0 +1,88 @@
+# Precompiled headers for the tests (GCC). Included once from tests/CMakeLists.txt.
+#
+# Most test files begin with <catch2/catch.hpp> and <fusebox/fusebox.hpp>: about 3.5 s of
+# parsing on the 2-core CI machine before the first line of the test, in some 50 test builds and
+# 30 compile-fail builds. Each of those reuses one precompiled header, made once per set of
+# compile options (in practice once per -O level: GCC takes a precompiled header only when the
+# options match, which CMake's REUSE_FROM does not check).
+#
+#   fusebox_test_pch(<target> TEST|COMPILE_FAIL)
+#       Marks a target; at the end of tests/CMakeLists.txt (when options added after the target
+#       was made, such as its -O level, are known) it gets the precompiled header of its options,
+#       if each of its sources includes <fusebox/fusebox.hpp> itself. TEST: Catch2 and fusebox,
+#       with the tests' warnings; COMPILE_FAIL: fusebox alone, without them.
+#
+# The header is force-included (-include) before a file's first line, so a test must not define
+# a macro that a fusebox header reads before including it: no header reads one today except
+# FUSEBOX_HOST_CXX and FUSEBOX_JIT_XSIMD_INCLUDE, which come from the command line, and there GCC
+# refuses a precompiled header made without the same definition and parses the headers itself
+# (-Winvalid-pch says so). FUSEBOX_TEST_PCH=OFF builds every test without.
+
+option(FUSEBOX_TEST_PCH "Build the tests with precompiled headers (GCC only)" ON)
+
+function(fusebox_test_pch target kind)
+  if(NOT kind MATCHES "^(TEST|COMPILE_FAIL)$")
+    message(FATAL_ERROR "fusebox_test_pch(${target} ${kind}): the kind is TEST or COMPILE_FAIL")
+  endif()
+  set_property(DIRECTORY APPEND PROPERTY FUSEBOX_TEST_PCH_TARGETS "${target}|${kind}")
+endfunction()
+
+function(_fusebox_test_pch_apply)
+  if(NOT FUSEBOX_TEST_PCH OR NOT CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    return()
+  endif()
+  get_property(marked DIRECTORY PROPERTY FUSEBOX_TEST_PCH_TARGETS)
+  set(donors "")
+  foreach(entry IN LISTS marked)
+    string(REPLACE "|" ";" entry "${entry}")
+    list(GET entry 0 target)
+    list(GET entry 1 kind)
+
+    set(includes_umbrella TRUE)
+    get_target_property(sources ${target} SOURCES)
+    foreach(source IN LISTS sources)
+      get_filename_component(source "${source}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_SOURCE_DIR}")
+      file(STRINGS "${source}" umbrella
+           REGEX "^#include <fusebox/fusebox\\.hpp>" LIMIT_COUNT 1)
+      if(NOT umbrella)
+        set(includes_umbrella FALSE)
+      endif()
+    endforeach()
+    if(NOT includes_umbrella)
+      continue()
+    endif()
+
+    # One donor per kind and option list: its own options are the target's, verbatim.
+    # GCC only here, so "$<$<CXX_COMPILER_ID:GNU,...>:-O1>" and "-O1" are the same option.
+    get_target_property(target_options ${target} COMPILE_OPTIONS)
+    set(options "")
+    foreach(option IN LISTS target_options)
+      string(REGEX REPLACE "^\\$<\\$<CXX_COMPILER_ID:[^>]*GNU[^>]*>:(.*)>$" "\\1" option "${option}")
+      list(APPEND options "${option}")
+    endforeach()
+    string(SHA1 key "${kind};${options}")
+    string(SUBSTRING "${key}" 0 8 key)
+    string(TOLOWER "fusebox_test_pch_${kind}_${key}" donor)
+    if(NOT TARGET ${donor})
+      set(source "${CMAKE_CURRENT_BINARY_DIR}/pch/${donor}.cpp")
+      file(CONFIGURE OUTPUT "${source}" CONTENT "// The precompiled header is all this target makes.\n")
+      add_library(${donor} OBJECT "${source}")
+      target_link_libraries(${donor} PRIVATE fusebox::fusebox fusebox_native_flags)
+      if(kind STREQUAL "TEST")
+        target_link_libraries(${donor} PRIVATE fusebox_test_warnings Catch2::Catch2)
+        target_precompile_headers(${donor} PRIVATE <catch2/catch.hpp> <fusebox/fusebox.hpp>)
+      else()
+        target_precompile_headers(${donor} PRIVATE <fusebox/fusebox.hpp>)
+      endif()
+      if(options)
+        target_compile_options(${donor} PRIVATE ${options})
+      endif()
+      list(APPEND donors ${donor})
+    endif()
+    target_precompile_headers(${target} REUSE_FROM ${donor})
+  endforeach()
+  list(LENGTH donors n)
+  message(STATUS "fusebox: tests share ${n} precompiled header(s)")
+endfunction()
+
+cmake_language(DEFER CALL _fusebox_test_pch_apply)
