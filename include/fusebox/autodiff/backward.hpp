@@ -17,14 +17,17 @@
 //
 // Constants a rule needs (mean's 1 / n) are rank-0 inputs too, one slot per forward node
 // (`context::constant<Y>`), valued by the rule's `constant<T, Y>()` when the call is bound.
-// Depends on: autodiff/rule.hpp, ops/elementwise.hpp, ops/reduce.hpp, expr/node.hpp, meta/.
+// Gradients are built from autodiff/sym.hpp's storage-free node types (rules' results are converted).
+// Depends on: autodiff/{dag,rule,sym}.hpp, ops/elementwise.hpp, ops/reduce.hpp, expr/node.hpp, meta/.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <type_traits>
 
+#include "fusebox/autodiff/dag.hpp"
 #include "fusebox/autodiff/rule.hpp"
+#include "fusebox/autodiff/sym.hpp"
 #include "fusebox/expr/node.hpp"
 #include "fusebox/meta/type_list.hpp"
 #include "fusebox/ops/elementwise.hpp"
@@ -44,55 +47,10 @@ struct no_derivative {
 
 namespace detail {
 
-// ---- the distinct nodes of an expression, operands first ----
-
-template <class L, class E, bool Seen = meta::contains<L, E>::value>
-struct visit;
-template <class L, class Children>
-struct visit_all;
-template <class L>
-struct visit_all<L, meta::type_list<>> {
-  using type = L;
-};
-template <class L, class C, class... Cs>
-struct visit_all<L, meta::type_list<C, Cs...>> {
-  using type = typename visit_all<typename visit<L, C>::type, meta::type_list<Cs...>>::type;
-};
-template <class L, class E>
-struct visit<L, E, true> {
-  using type = L;
-};
-template <class L, class E>
-struct visit<L, E, false> {
-  using type = typename meta::push_back<typename visit_all<L, typename E::children>::type, E>::type;
-};
-
-inline constexpr std::size_t npos = static_cast<std::size_t>(-1);
-
-template <class E, class... Ts>
-constexpr std::size_t index_in(meta::type_list<Ts...>) {
-  std::size_t i = 0, at = npos;
-  ((std::is_same_v<E, Ts> ? (at = i, ++i) : ++i), ...);
-  return at;
-}
-
 // ---- edges into a node ----
 
 template <class C, std::size_t I>
 struct edge {};
-
-template <class... Ls>
-struct concat {
-  using type = meta::type_list<>;
-};
-template <class... A>
-struct concat<meta::type_list<A...>> {
-  using type = meta::type_list<A...>;
-};
-template <class... A, class... B, class... Rest>
-struct concat<meta::type_list<A...>, meta::type_list<B...>, Rest...> {
-  using type = typename concat<meta::type_list<A..., B...>, Rest...>::type;
-};
 
 template <class N, class C, class Seq = std::make_index_sequence<C::children::size>>
 struct edges_in;
@@ -125,6 +83,14 @@ template <class N>
 struct rule_key<N> {
   using type = typename N::view;
 };
+template <class A, class B>
+struct rule_key<sym::matmul<A, B>> {
+  using type = matmul_node<A, B>;  // named, never completed
+};
+template <class Q, class K, class V, bool Causal>
+struct rule_key<sym::attention<Q, K, V, Causal>> {
+  using type = attention_node<Q, K, V, Causal>;
+};
 
 template <class Key>
 concept has_rule = !requires { typename derivative<Key>::undefined; };
@@ -142,7 +108,7 @@ constexpr int next_sum(const dims& c, const dims& t) {
 
 template <class C, class Target, int Step = next_sum(C::desc.shape, Target::value)>
 struct sum_to {
-  using type = typename sum_to<reduction<ops::sum, Step / 2, (Step % 2) == 1, C>, Target>::type;
+  using type = typename sum_to<sym::reduction<ops::sum, Step / 2, (Step % 2) == 1, C>, Target>::type;
 };
 template <class C, class Target>
 struct sum_to<C, Target, -1> {
@@ -153,7 +119,7 @@ struct sum_to<C, Target, -1> {
 
 template <class A, class B>
 struct add_grads {
-  using type = pointwise<ops::add, A, B>;
+  using type = sym::pointwise<ops::add, A, B>;
 };
 template <class A>
 struct add_grads<A, no_grad> {
@@ -176,7 +142,7 @@ template <class Tape, class C, std::size_t I, class G>
 struct apply_rule {
   using key = typename rule_key<C>::type;
   static_assert(static_check::no_derivative<C, has_rule<key>>::value);
-  using type = typename derivative<key>::template vjp<I, G, C, typename Tape::ctx>;
+  using type = to_sym_t<typename derivative<key>::template vjp<I, G, C, typename Tape::ctx>>;
 };
 template <class Tape, class C, std::size_t I>
 struct apply_rule<Tape, C, I, no_grad> {
@@ -227,18 +193,14 @@ struct grad_of<Tape, N, false> {
 
 template <class G, class Leaf>
 struct finish_gradient {
-  using type = exact<G, Leaf>;
+  using type = to_sym_t<exact<G, Leaf>>;
 };
 template <class Leaf>
 struct finish_gradient<no_grad, Leaf> {
-  using type = pointwise<ops::zeros_like, Leaf>;
+  using type = sym::pointwise<ops::zeros_like, Leaf>;
 };
 
 }  // namespace detail
-
-/// The distinct node types of the expressions Roots, each once, operands before their users.
-template <class... Roots>
-using post_order = typename detail::visit_all<meta::type_list<>, meta::type_list<Roots...>>::type;
 
 /// What a rule can ask of the pass: rank-0 constants, one slot per forward node.
 template <class T, class Nodes, std::size_t Base>

@@ -6,7 +6,8 @@
 // a PyTorch eager backward does. Views take no copy. A value is released after its last reader,
 // so the peak is what torch's autograd would hold, not the sum of all intermediates.
 // Input leaves read the call's bound inputs (the table a compiled call binds too).
-// Depends on: autodiff/backward.hpp (post_order), cpu/evaluate.hpp, core/tensor.hpp.
+// Evaluates autodiff/sym.hpp's node types (each rebuilt as a library node over tensor leaves).
+// Depends on: autodiff/{dag,sym}.hpp, cpu/evaluate.hpp, core/tensor.hpp.
 #pragma once
 
 #include <array>
@@ -15,7 +16,8 @@
 #include <tuple>
 #include <utility>
 
-#include "fusebox/autodiff/backward.hpp"
+#include "fusebox/autodiff/dag.hpp"
+#include "fusebox/autodiff/sym.hpp"
 #include "fusebox/core/tensor.hpp"
 #include "fusebox/cpu/evaluate.hpp"
 
@@ -46,7 +48,7 @@ const value_of<T, E>& operand_value(const Values& values) {
 }
 
 template <class T, class Op, class... A, class Values, class Nodes>
-struct eager_node<T, pointwise<Op, A...>, Values, Nodes> {
+struct eager_node<T, sym::pointwise<Op, A...>, Values, Nodes> {
   template <class Inputs>
   static auto run(const Values& values, const Inputs&) {
     const pointwise<Op, leaf_of<T, A>...> e{{}, {leaf_of<T, A>{{}, operand_value<T, A, Values, Nodes>(values).view()}...}};
@@ -54,7 +56,7 @@ struct eager_node<T, pointwise<Op, A...>, Values, Nodes> {
   }
 };
 template <class T, class Op, int Axis, bool Keep, class A, class Values, class Nodes>
-struct eager_node<T, reduction<Op, Axis, Keep, A>, Values, Nodes> {
+struct eager_node<T, sym::reduction<Op, Axis, Keep, A>, Values, Nodes> {
   template <class Inputs>
   static auto run(const Values& values, const Inputs&) {
     const reduction<Op, Axis, Keep, leaf_of<T, A>> e{{}, {{}, operand_value<T, A, Values, Nodes>(values).view()}};
@@ -62,7 +64,7 @@ struct eager_node<T, reduction<Op, Axis, Keep, A>, Values, Nodes> {
   }
 };
 template <class T, class A, class B, class Values, class Nodes>
-struct eager_node<T, matmul_node<A, B>, Values, Nodes> {
+struct eager_node<T, sym::matmul<A, B>, Values, Nodes> {
   template <class Inputs>
   static auto run(const Values& values, const Inputs&) {
     const matmul_node<leaf_of<T, A>, leaf_of<T, B>> e{{},
@@ -72,7 +74,7 @@ struct eager_node<T, matmul_node<A, B>, Values, Nodes> {
   }
 };
 template <class T, class Q, class K, class V, bool Causal, class Values, class Nodes>
-struct eager_node<T, attention_node<Q, K, V, Causal>, Values, Nodes> {
+struct eager_node<T, sym::attention<Q, K, V, Causal>, Values, Nodes> {
   template <class Inputs>
   static auto run(const Values& values, const Inputs&) {
     const attention_node<leaf_of<T, Q>, leaf_of<T, K>, leaf_of<T, V>, Causal> e{
@@ -84,12 +86,12 @@ struct eager_node<T, attention_node<Q, K, V, Causal>, Values, Nodes> {
   }
 };
 template <class T, class V, class A, class Values, class Nodes>
-struct eager_node<T, view_node<V, A>, Values, Nodes> {
+struct eager_node<T, sym::view_node<V, A>, Values, Nodes> {
   template <class Inputs>
   static auto run(const Values& values, const Inputs&) {
     const auto& in = operand_value<T, A, Values, Nodes>(values);
     const strided<const T> s = V::apply(in.view());
-    return value_of<T, view_node<V, A>>(in.owner(), const_cast<T*>(s.data), s.shape, s.stride);
+    return value_of<T, sym::view_node<V, A>>(in.owner(), const_cast<T*>(s.data), s.shape, s.stride);
   }
 };
 

@@ -16,9 +16,10 @@
 //
 // How: the loss is captured on symbolic arguments (as compile() does), its payloads are lifted to
 // inputs (autodiff/lift.hpp), the reverse pass builds the gradients as expression types
-// (autodiff/backward.hpp, from the ops' own rules), and the roots (loss, gradients...) are one
-// graph: compiled, the one planner plans forward and backward together (fusion across them,
-// buffers by liveness); eager, each node runs on its own (autodiff/eager.hpp).
+// (autodiff/backward.hpp, from the ops' own rules, in autodiff/sym.hpp's storage-free node types),
+// and the roots (loss, gradients...) are one graph: compiled, the one planner plans forward and
+// backward together (fusion across them, buffers by liveness); eager, each node runs on its own
+// (autodiff/eager.hpp). The graph is never an object: it is bound from a table of input views.
 //
 // Cases: static shapes, host tensors (float or double); a build error names anything else (dyn
 // extents, device tensors, a non-scalar loss, wrt naming a number). A loss that reads a value on
@@ -179,7 +180,8 @@ struct plan_of<F, wrt_t<W...>, Args...> {
                                                     std::is_same_v<typename argument_traits<arg<W>>::value_type, T>>::value &&
                  ...));
 
-  static constexpr std::size_t payloads = payload_count<loss_t>;
+  using slots = payload_slots<loss_t>;
+  static constexpr std::size_t payloads = slots::size;
   using root = lifted_t<loss_t, arguments>;
   using tape_t = tape<root, arguments + payloads>;
   static constexpr std::size_t inputs = tape_t::inputs;
@@ -224,8 +226,8 @@ struct bound_call {
        ++i;
      }()),
      ...);
-    std::size_t k = 0;
-    collect_lifted(loss, in.views.data() + P::arguments, values.data() + P::arguments, k);
+    std::array<bool, P::payloads + 1> bound{};
+    collect_lifted<typename P::slots>(loss, in.views.data() + P::arguments, values.data() + P::arguments, bound.data());
     P::tape_t::constants(values.data());
     for (std::size_t c = P::tape_t::const_base; c < P::inputs; ++c) in.views[c] = strided<const T>{&values[c], dims{}, {}};
   }

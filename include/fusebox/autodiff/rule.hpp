@@ -16,8 +16,9 @@
 // needs G at exactly Y's shape (matmul, views) says so with `exact<G, Y>`.
 //
 // Keys: pointwise and reduction nodes by their op struct, views by their view struct, matmul by
-// its node type. Expressions are built directly as node types here, never through the op front
-// ends (those would evaluate eagerly when no input is symbolic).
+// its node type. Expressions are named directly as node types here, never through the op front
+// ends (those would evaluate eagerly when no input is symbolic); the reverse pass turns them into
+// autodiff/sym.hpp's storage-free types before anything completes them, and G and Y are such types.
 // Depends on: expr/node.hpp, meta/type_list.hpp.
 #pragma once
 
