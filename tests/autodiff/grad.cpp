@@ -1,6 +1,6 @@
 // tests/autodiff/grad.cpp: fusebox::grad and value_and_grad as a user meets them
 // (include/fusebox/autodiff/grad.hpp): a 3-layer MLP with an MSE loss against central finite
-// differences in double, every parameter element; the result shapes of one and several wrt
+// differences in double, every parameter element (an attention block: attention_block.cpp); the result shapes of one and several wrt
 // indices; gradients of unused arguments; captured weights and numbers (lifted to inputs, so
 // the joint graph stays small); float against a double reference; the eager stance; a host read
 // in a loss refused at run time; and the node counts of the MLP's forward and joint graphs.
@@ -157,6 +157,20 @@ TEST_CASE("autodiff: under stance force_eager a compiled gradient runs op by op,
   fb::set_stance(fb::stance::default_);
   CHECK(le.flat(0) == l.flat(0));
   fbt::check_identical(ge, g, "force_eager");
+}
+
+TEST_CASE("autodiff: type-identical parts holding different numbers or tensors are refused at the call") {
+  const auto x = signed_tensor<fb::shape<5>>(7);
+  auto numbers = [](const auto& u) { return fb::sum(u * 0.5 + u * 0.7); };
+  CHECK_THROWS_WITH(fb::grad(numbers)(x), Catch::Contains("same structure hold different numbers"));
+  CHECK_THROWS_AS(fb::compile(fb::grad(numbers))(x), fb::invalid_argument);
+  const auto a = signed_tensor<fb::shape<5>>(8), b = signed_tensor<fb::shape<5>>(9);
+  auto tensors = [a, b](const auto& u) { return fb::sum(u * a + u * b); };
+  CHECK_THROWS_WITH(fb::grad(tensors)(x), Catch::Contains("hold different captured tensors"));
+  // Equal numbers in type-identical parts are one value, and the gradient is right.
+  auto equal = [](const auto& u) { return fb::sum(u * 0.5 + u * 0.5); };
+  const auto g = fb::compile(fb::grad(equal))(x);
+  fbt::check_all(g, [](const fbt::coord&) { return 1.0; }, fbt::exact, "d sum(x/2 + x/2)");
 }
 
 TEST_CASE("autodiff: a loss that reads a value on the host (item()) is refused at the call, with the reason") {

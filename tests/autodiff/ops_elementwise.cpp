@@ -95,10 +95,16 @@ TEST_CASE("autodiff: broadcast operands get their gradient summed to their own s
 }
 
 TEST_CASE("autodiff: numbers in the loss are constants (lifted to inputs, not differentiated)") {
+  // A number is lifted to an input named by its place in the loss (autodiff/lift.hpp); the same
+  // structure with different numbers is refused (tests/autodiff/grad.cpp).
   const auto x = signed_tensor<S>(51), r = signed_tensor<S>(52);
   const auto p = positive_tensor<S>(53);
-  check_grad("x * 0.5 + x * 0.7", [](const auto& u, const auto& w) { return total((u * 0.5 + u * 0.7) * w); },
+  check_grad("x * 0.5 + exp(x) * 0.7", [](const auto& u, const auto& w) { return total((u * 0.5 + fb::exp(u) * 0.7) * w); },
              fb::wrt<0>, x, r);
+  check_grad("one value used three times", [](const auto& u, const auto& w) {
+    const auto h = fb::tanh(u * 0.5) * 1.5;  // its copies share their lifted numbers
+    return total((h * h + h) * w);
+  }, fb::wrt<0>, x, r);
   check_grad("3 - x / 0.7", [](const auto& u, const auto& w) { return total((3.0 - u / 0.7) * w); }, fb::wrt<0>, x, r);
   check_grad("pow(p, 2.5)", [](const auto& u, const auto& w) { return total(fb::pow(u, 2.5) * w); }, fb::wrt<0>, p, r);
   check_grad("pow(p, -1.5)", [](const auto& u, const auto& w) { return total(fb::pow(u, -1.5) * w); }, fb::wrt<0>, p, r);
