@@ -9,8 +9,9 @@
 #   fusebox_test_pch(<target> TEST|COMPILE_FAIL)
 #       Marks a target; at the end of tests/CMakeLists.txt (when options added after the target
 #       was made, such as its -O level, are known) it gets the precompiled header of its options,
-#       if each of its sources includes <fusebox/fusebox.hpp> itself. TEST: Catch2 and fusebox,
-#       with the tests' warnings; COMPILE_FAIL: fusebox alone, without them.
+#       if each of its sources includes <fusebox/fusebox.hpp> itself and at least four files
+#       share those options. TEST: Catch2 and fusebox, with the tests' warnings; COMPILE_FAIL:
+#       fusebox alone, without them.
 #
 # The header is force-included (-include) before a file's first line, so a test must not define
 # a macro that a fusebox header reads before including it: no header reads one today except
@@ -32,7 +33,10 @@ function(_fusebox_test_pch_apply)
     return()
   endif()
   get_property(marked DIRECTORY PROPERTY FUSEBOX_TEST_PCH_TARGETS)
-  set(donors "")
+
+  # Which donor each target would use: one per kind and option list.
+  set(keys "")
+  set(users "")
   foreach(entry IN LISTS marked)
     string(REPLACE "|" ";" entry "${entry}")
     list(GET entry 0 target)
@@ -52,8 +56,8 @@ function(_fusebox_test_pch_apply)
       continue()
     endif()
 
-    # One donor per kind and option list: its own options are the target's, verbatim.
-    # GCC only here, so "$<$<CXX_COMPILER_ID:GNU,...>:-O1>" and "-O1" are the same option.
+    # The donor's options are the target's, verbatim. GCC only here, so
+    # "$<$<CXX_COMPILER_ID:GNU,...>:-O1>" and "-O1" are the same option.
     get_target_property(target_options ${target} COMPILE_OPTIONS)
     set(options "")
     foreach(option IN LISTS target_options)
@@ -62,27 +66,43 @@ function(_fusebox_test_pch_apply)
     endforeach()
     string(SHA1 key "${kind};${options}")
     string(SUBSTRING "${key}" 0 8 key)
-    string(TOLOWER "fusebox_test_pch_${kind}_${key}" donor)
-    if(NOT TARGET ${donor})
-      set(source "${CMAKE_CURRENT_BINARY_DIR}/pch/${donor}.cpp")
-      file(CONFIGURE OUTPUT "${source}" CONTENT "// The precompiled header is all this target makes.\n")
-      add_library(${donor} OBJECT "${source}")
-      target_link_libraries(${donor} PRIVATE fusebox::fusebox fusebox_native_flags)
-      if(kind STREQUAL "TEST")
-        target_link_libraries(${donor} PRIVATE fusebox_test_warnings Catch2::Catch2)
-        target_precompile_headers(${donor} PRIVATE <catch2/catch.hpp> <fusebox/fusebox.hpp>)
-      else()
-        target_precompile_headers(${donor} PRIVATE <fusebox/fusebox.hpp>)
-      endif()
-      if(options)
-        target_compile_options(${donor} PRIVATE ${options})
-      endif()
-      list(APPEND donors ${donor})
+    string(TOLOWER "fusebox_test_pch_${kind}_${key}" key)
+    if(NOT key IN_LIST keys)
+      list(APPEND keys ${key})
+      set(kind_${key} ${kind})
+      set(options_${key} "${options}")
+      set(targets_${key} "")
     endif()
-    target_precompile_headers(${target} REUSE_FROM ${donor})
+    list(APPEND targets_${key} ${target})
   endforeach()
-  list(LENGTH donors n)
-  message(STATUS "fusebox: tests share ${n} precompiled header(s)")
+
+  # A precompiled header costs about three files' parsing to make (and 200 MB): only where at
+  # least four files use it.
+  set(donors 0)
+  foreach(donor IN LISTS keys)
+    list(LENGTH targets_${donor} n)
+    if(n LESS 4)
+      continue()
+    endif()
+    set(source "${CMAKE_CURRENT_BINARY_DIR}/pch/${donor}.cpp")
+    file(CONFIGURE OUTPUT "${source}" CONTENT "// The precompiled header is all this target makes.\n")
+    add_library(${donor} OBJECT "${source}")
+    target_link_libraries(${donor} PRIVATE fusebox::fusebox fusebox_native_flags)
+    if(kind_${donor} STREQUAL "TEST")
+      target_link_libraries(${donor} PRIVATE fusebox_test_warnings Catch2::Catch2)
+      target_precompile_headers(${donor} PRIVATE <catch2/catch.hpp> <fusebox/fusebox.hpp>)
+    else()
+      target_precompile_headers(${donor} PRIVATE <fusebox/fusebox.hpp>)
+    endif()
+    if(options_${donor})
+      target_compile_options(${donor} PRIVATE ${options_${donor}})
+    endif()
+    foreach(target IN LISTS targets_${donor})
+      target_precompile_headers(${target} REUSE_FROM ${donor})
+    endforeach()
+    math(EXPR donors "${donors} + 1")
+  endforeach()
+  message(STATUS "fusebox: tests share ${donors} precompiled header(s)")
 endfunction()
 
 cmake_language(DEFER CALL _fusebox_test_pch_apply)
