@@ -1,5 +1,5 @@
 // jit/cuda_attention.hpp: attention() (ops/attention.hpp) on the CUDA backend, as one kernel of
-// the program's NVRTC unit with its head dims, causality and storage type baked in.
+// an NVRTC unit of its own with its head dims, causality and storage type baked in.
 //
 // Two entry points per kernel:
 //   fusebox_kernel     (16-bit storage, head dims multiples of 16 and 8, at most 128) flash

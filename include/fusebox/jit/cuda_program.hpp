@@ -69,7 +69,7 @@ struct cuda_program {
   dtype storage = dtype::f32;
   std::array<rendered_cuda_kernel, N + 1> kernels{};  ///< generated kernels (others empty)
   std::array<cuda::CUfunction, N + 1> wide_entry{}, vector_entry{}, scalar_entry{};
-  std::shared_ptr<cuda::module> module;
+  std::vector<std::shared_ptr<cuda::module>> modules;  ///< what the entry points live in (kept loaded)
   std::string key;
 
   /// One call queued on rt.stream (the caller's reads wait for it: cuda::tensor::to_host). `f`

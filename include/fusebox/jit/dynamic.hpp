@@ -211,10 +211,11 @@ class dynamic_function {
         case node_kind::tensor:
         case node_kind::opaque: p.unit_inner[i] = false; break;
         case node_kind::view: {
+          // A slice or a reshape keeps the innermost stride (a reshape's last dimension lies in
+          // the input's innermost contiguous run: ops/layout.hpp); a transpose keeps it unless it
+          // moves the last dimension.
           const int last = static_cast<int>(n.desc.shape.rank) - 1;
-          p.unit_inner[i] = n.desc.view_a < 0 || (n.desc.view_a != last && n.desc.view_b != last
-                                                      ? p.unit_inner[n.inputs[0]]
-                                                      : false);
+          p.unit_inner[i] = (n.desc.view_a != last && n.desc.view_b != last) && p.unit_inner[n.inputs[0]];
           break;
         }
         default: p.unit_inner[i] = true;
@@ -263,7 +264,7 @@ class dynamic_function {
   }
 
   /// The CUDA program of one guard: the same specialisation and plan, kernels rendered as CUDA and
-  /// compiled by NVRTC in one unit. An NVRTC failure becomes a compile_failure (source and log kept).
+  /// compiled by NVRTC (a unit per kernel, in parallel). An NVRTC failure becomes a compile_failure (source and log kept).
   static std::shared_ptr<const program_t> build_cuda(const guard& g, bool fast_math) {
     auto p = std::make_shared<program_t>();
     specialise_into(*p, g);
@@ -296,7 +297,7 @@ class dynamic_function {
         p->vector_entry[which[i]] = bin.vector_entry[i];
         p->scalar_entry[which[i]] = bin.scalar_entry[i];
       }
-      p->module = bin.module;
+      p->modules = std::move(bin.modules);
     }
     return p;
   }
