@@ -85,6 +85,14 @@ struct eager_node<T, sym::attention<Q, K, V, Causal>, Values, Nodes> {
     return evaluate(e, fusebox::detail::eager_runtime());
   }
 };
+template <class T, class Op, class... A, class Values, class Nodes>
+struct eager_node<T, sym::spatial<Op, A...>, Values, Nodes> {
+  template <class Inputs>
+  static auto run(const Values& values, const Inputs&) {
+    const spatial_node<Op, leaf_of<T, A>...> e{{}, {leaf_of<T, A>{{}, operand_value<T, A, Values, Nodes>(values).view()}...}};
+    return evaluate(e, fusebox::detail::eager_runtime());
+  }
+};
 template <class T, class V, class A, class Values, class Nodes>
 struct eager_node<T, sym::view_node<V, A>, Values, Nodes> {
   template <class Inputs>

@@ -125,6 +125,16 @@ struct lift<attention_node<Q, K, V, Causal>, Slots, Base> {
   using type = sym::attention<lifted_operand<P, 0, Slots, Base>, lifted_operand<P, 1, Slots, Base>,
                               lifted_operand<P, 2, Slots, Base>, Causal>;
 };
+template <class P, class Seq, class Slots, std::size_t Base>
+struct lift_spatial;
+template <class Op, class... A, std::size_t... I, class Slots, std::size_t Base>
+struct lift_spatial<spatial_node<Op, A...>, std::index_sequence<I...>, Slots, Base> {
+  using type = sym::spatial<Op, lifted_operand<spatial_node<Op, A...>, I, Slots, Base>...>;
+};
+template <class Op, class... A, class Slots, std::size_t Base>
+struct lift<spatial_node<Op, A...>, Slots, Base> {
+  using type = typename lift_spatial<spatial_node<Op, A...>, std::index_sequence_for<A...>, Slots, Base>::type;
+};
 template <class Fn, class A, class Out, class Slots, std::size_t Base>
 struct lift<opaque_node<Fn, A, Out>, Slots, Base> {
   static_assert(static_check::opaque_in_loss<opaque_node<Fn, A, Out>, false>::value);

@@ -21,6 +21,7 @@
 #include <cstddef>
 
 #include "fusebox/expr/node.hpp"
+#include "fusebox/expr/spatial.hpp"
 #include "fusebox/meta/type_list.hpp"
 
 namespace fusebox::autodiff {
@@ -87,6 +88,16 @@ struct attention : expr_base {
   static constexpr bool fullgraph = Q::fullgraph || K::fullgraph || V::fullgraph;
 };
 
+template <class Op, class... A>
+struct spatial : expr_base {
+  using value_type = typename meta::at_t<0, meta::type_list<A...>>::value_type;
+  using children = meta::type_list<A...>;
+  using op = Op;
+  static constexpr node_desc desc = fusebox::spatial_node<Op, detail::stand_in<A>...>::desc;
+  static constexpr bool has_payload = (A::has_payload || ...);
+  static constexpr bool symbolic = (A::symbolic || ...), fullgraph = (A::fullgraph || ...);
+};
+
 }  // namespace sym
 
 namespace detail {
@@ -109,6 +120,10 @@ struct to_sym<matmul_node<A, B>> {
 template <class V, class A>
 struct to_sym<fusebox::view_node<V, A>> {
   using type = sym::view_node<V, typename to_sym<A>::type>;
+};
+template <class Op, class... A>
+struct to_sym<spatial_node<Op, A...>> {
+  using type = sym::spatial<Op, typename to_sym<A>::type...>;
 };
 template <class Q, class K, class V, bool Causal>
 struct to_sym<attention_node<Q, K, V, Causal>> {

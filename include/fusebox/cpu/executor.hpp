@@ -12,6 +12,7 @@
 //   reduce_cols  a reduction over a non-last axis, its producers fused: accumulates input rows
 //                into output rows; threads split the last dimension.
 //   matmul       cpu::gemm, with the epilogue group evaluated on each finished row run of C.
+//   spatial      conv2d, pooling and their gradients (cpu/spatial.hpp), with an epilogue as matmul's.
 //   opaque       the user's function on a tensor view of its input (a graph break).
 //   copy         an output that is a leaf or a view.
 // The vector body runs on xsimd batches and the tail on scalars through the same evaluator; inputs
@@ -32,7 +33,9 @@
 #include "fusebox/cpu/attention.hpp"
 #include "fusebox/cpu/gemm.hpp"
 #include "fusebox/cpu/simd.hpp"
+#include "fusebox/cpu/spatial.hpp"
 #include "fusebox/cpu/thread_pool.hpp"
+#include "fusebox/expr/spatial.hpp"
 #include "fusebox/ir/graph.hpp"
 #include "fusebox/plan/planner.hpp"
 #include "fusebox/profile.hpp"
@@ -88,7 +91,18 @@ struct program {
                                                   nodes[nodes[kn.node].inputs[0]].desc.shape);
       g = std::max(g, gemm_workspace_bytes<T>(batch, m, n, kk, threads));
     }
+    for (int k = 0; k < plan.n_kernels; ++k) {
+      const auto& kn = plan.kernels[k];
+      if (kn.kind == plan::kernel_kind::spatial && nodes[kn.node].desc.shape.is_static())
+        g = std::max(g, spatial_workspace_bytes<T>(nodes[kn.node].desc.win, nodes[nodes[kn.node].inputs[0]].desc.shape,
+                                                   spatial_operand_b(nodes, kn.node), nodes[kn.node].desc.shape, threads));
+    }
     return scratch + g;
+  }
+
+  /// Shape of a spatial node's second operand (rank 0 when it has one).
+  static constexpr dims spatial_operand_b(const std::array<ir::node, N>& ns, int i) {
+    return ns[i].n_inputs == 2 ? ns[ns[i].inputs[1]].desc.shape : dims{};
   }
 
   /// Run-time workspace size (for dyn extents the static answer is not known).
@@ -106,6 +120,14 @@ struct program {
       const auto [batch, m, n, kk] = matmul_sizes(kn.node, f.loc[kn.node].shape, f.loc[nodes[kn.node].inputs[0]].shape);
       g = std::max(g, gemm_workspace_bytes<T>(batch, m, n, kk, threads));
     }
+    for (int k = 0; k < plan.n_kernels; ++k) {
+      const auto& kn = plan.kernels[k];
+      if (kn.kind != plan::kernel_kind::spatial) continue;
+      const int i = kn.node;
+      g = std::max(g, spatial_workspace_bytes<T>(nodes[i].desc.win, f.loc[nodes[i].inputs[0]].shape,
+                                                 nodes[i].n_inputs == 2 ? f.loc[nodes[i].inputs[1]].shape : dims{},
+                                                 f.loc[i].shape, threads));
+    }
     return scratch + g;
   }
 
@@ -121,10 +143,11 @@ struct program {
         f.loc[i].stride = contiguous_strides(nodes[i].desc.shape);
       }
     }
-    // A matmul fused into an epilogue writes into the epilogue's output.
+    // A matmul or spatial node fused into an epilogue writes into the epilogue's output.
     for (int k = 0; k < plan.n_kernels; ++k) {
       const auto& kn = plan.kernels[k];
-      if (kn.kind == plan::kernel_kind::matmul && kn.group >= 0) f.loc[kn.node] = f.loc[epilogue_output(kn.group)];
+      if ((kn.kind == plan::kernel_kind::matmul || kn.kind == plan::kernel_kind::spatial) && kn.group >= 0)
+        f.loc[kn.node] = f.loc[epilogue_output(kn.group)];
     }
     bind_views(f);
   }
@@ -162,6 +185,11 @@ struct program {
           case node_kind::attention:
             s = fusebox::detail::attention_shape(shape_at(f, nd.inputs[0]), shape_at(f, nd.inputs[1]),
                                                  shape_at(f, nd.inputs[2]), nd.desc.axis == 1)
+                    .out;
+            break;
+          case node_kind::spatial:
+            s = fusebox::detail::spatial_shape(nd.desc.win, shape_at(f, nd.inputs[0]),
+                                               nd.n_inputs == 2 ? shape_at(f, nd.inputs[1]) : dims{})
                     .out;
             break;
           default:
@@ -215,6 +243,7 @@ struct program {
     else if constexpr (kn.kind == plan::kernel_kind::matmul) run_matmul<K>(f);
     else if constexpr (kn.kind == plan::kernel_kind::opaque) run_opaque<K>(f);
     else if constexpr (kn.kind == plan::kernel_kind::attention) run_attention<K>(f);
+    else if constexpr (kn.kind == plan::kernel_kind::spatial) run_spatial<K>(f);
     else run_copy<K>(f);
   }
 
@@ -688,6 +717,60 @@ struct program {
     constexpr int I = plan.kernels[K].node;
     cpu::attention(f.loc[nodes[I].inputs[0]], f.loc[nodes[I].inputs[1]], f.loc[nodes[I].inputs[2]], f.loc[I],
                    nodes[I].desc.axis == 1, *f.pool);
+  }
+
+  /// A spatial node (cpu/spatial.hpp); its epilogue group, if any, evaluated on each finished row
+  /// run of the output, in place, as a matmul's is.
+  template <int K>
+  static void run_spatial(frame_t& f) {
+    constexpr plan::kernel kn = plan.kernels[K];
+    constexpr int I = kn.node;
+    const strided<T>& a = f.loc[nodes[I].inputs[0]];
+    const strided<T>& b = nodes[I].n_inputs == 2 ? f.loc[nodes[I].inputs[1]] : f.loc[nodes[I].inputs[0]];
+    const std::size_t scratch = workspace_row_scratch_stride(f) * f.pool->size();
+    std::span<std::byte> ws(f.workspace + scratch, f.workspace_bytes - scratch);
+    if constexpr (kn.group < 0) {
+      cpu::run_spatial(nodes[I].desc.win, a, b, f.loc[I], *f.pool, ws, no_spatial_epilogue{});
+    } else {
+      constexpr int G = kn.group;
+      static constexpr id_list ext = external_inputs(G);
+      constexpr int O = epilogue_output(G);
+      const dims space = f.loc[I].shape;
+      row_addressing proto;
+      bool contig = true;
+      auto bind = [&](int id) {
+        proto.base[id] = f.loc[id].data;
+        space_strides(f.loc[id], space, proto.stride[id]);
+        proto.inner[id] = proto.stride[id][space.rank - 1];
+        if (proto.inner[id] > 1 || proto.inner[id] < 0) contig = false;
+      };
+      for (int q = 0; q < ext.size; ++q) bind(ext.id[q]);
+      bind(O);
+      constexpr auto ids = [] {
+        std::array<int, N + 1> l{};
+        for (int q = 0; q < ext.size; ++q) l[q] = ext.id[q];
+        l[ext.size] = O;
+        return l;
+      }();
+      const std::size_t width = space.back(0);
+      auto epilogue = [&](std::size_t r, std::size_t j0, std::size_t n) {
+        row_addressing ra = proto;
+        ra.at_row(space, r, ids.data(), ext.size + 1);
+        auto write = [&]<class W, bool C2>(std::size_t j) {
+          const W v = evaluator<group_of<K>, 0, W, C2>{ra, nullptr, nullptr, width, f.payload, j}.template get<O>();
+          if constexpr (C2) store_v(const_cast<T*>(ra.ptr[O]) + j, v);
+          else const_cast<T*>(ra.ptr[O])[static_cast<std::ptrdiff_t>(j) * ra.inner[O]] = v;
+        };
+        std::size_t j = j0;
+        if (contig) {
+          for (; j + VS <= j0 + n; j += VS) write.template operator()<V, true>(j);
+          for (; j < j0 + n; ++j) write.template operator()<T, true>(j);
+        } else {
+          for (; j < j0 + n; ++j) write.template operator()<T, false>(j);
+        }
+      };
+      cpu::run_spatial(nodes[I].desc.win, a, b, f.loc[I], *f.pool, ws, epilogue);
+    }
   }
 
   template <int K>

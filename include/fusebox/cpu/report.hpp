@@ -91,6 +91,31 @@ std::string describe(unsigned threads) {
         bytes += o.size() * eb;
       }
       loop = "gemm " + to_string(a) + " x " + to_string(nodes[nodes[m].inputs[1]].desc.shape) + " -> " + to_string(o);
+    } else if (kn.kind == plan::kernel_kind::spatial) {
+      const ir::node& n = nodes[kn.node];
+      const window& w = n.desc.win;
+      ops = n.desc.name;
+      flops = static_cast<double>(n.desc.flops) * static_cast<double>(n.desc.shape.size());
+      for (int in = 0; in < n.n_inputs; ++in) bytes += nodes[n.inputs[in]].desc.shape.size() * eb;
+      if (kn.group >= 0) {
+        std::string epi;
+        for (std::size_t i = 0; i < P::N; ++i)
+          if (plan.group[i] == kn.group) {
+            epi += std::string(epi.empty() ? "" : ", ") + nodes[i].desc.name;
+            flops += nodes[i].desc.flops * static_cast<double>(nodes[i].desc.shape.size());
+          }
+        ops += " + epilogue(" + epi + ")";
+        add_reads(kn.group);
+      } else {
+        bytes += n.desc.shape.size() * eb;
+      }
+      loop = std::string(n.desc.name) + " " + to_string(nodes[n.inputs[0]].desc.shape) +
+             (n.n_inputs == 2 ? ", " + to_string(nodes[n.inputs[1]].desc.shape) : std::string()) + " -> " +
+             to_string(n.desc.shape) + ", stride " + std::to_string(w.sh) + "x" + std::to_string(w.sw) + ", padding " +
+             std::to_string(w.ph) + "x" + std::to_string(w.pw) +
+             (w.op == spatial_op::conv2d || w.op == spatial_op::conv2d_input_grad || w.op == spatial_op::conv2d_weight_grad
+                  ? ", im2col + gemm"
+                  : "");
     } else if (kn.kind == plan::kernel_kind::opaque) {
       ops = "opaque (user function: graph break)";
       loop = "host call";

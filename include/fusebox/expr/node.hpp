@@ -11,7 +11,8 @@
 // Cases: input leaves (argument I of a compiled call), tensor leaves (a concrete tensor: eager
 // operands, weights a model closes over), scalar leaves, pointwise<Op, Args...> (any arity, NumPy
 // broadcasting), reduction<Op, Axis, Keepdim, Arg>, matmul_node<A, B>, view_node<View, Arg>
-// (strides only) and opaque_node<Fn, Arg, Out> (a user function: a graph break).
+// (strides only) and opaque_node<Fn, Arg, Out> (a user function: a graph break). Windowed NCHW
+// ops (conv2d, pooling, their gradients) are spatial_node<Op, Args...> in expr/spatial.hpp.
 // Depends on: core/, meta/type_list.hpp, expr/static_checks.hpp.
 #pragma once
 
@@ -25,15 +26,16 @@
 #include "fusebox/core/shape.hpp"
 #include "fusebox/core/tensor.hpp"
 #include "fusebox/expr/static_checks.hpp"
+#include "fusebox/expr/window.hpp"
 #include "fusebox/meta/type_list.hpp"
 
 namespace fusebox {
 
-enum class node_kind : std::uint8_t { input, tensor, scalar, pointwise, reduce, matmul, view, opaque, attention };
+enum class node_kind : std::uint8_t { input, tensor, scalar, pointwise, reduce, matmul, view, opaque, attention, spatial };
 
 constexpr const char* name(node_kind k) {
   constexpr const char* names[] = {"input",  "tensor", "scalar", "pointwise", "reduce",
-                                   "matmul", "view",   "opaque", "attention"};
+                                   "matmul", "view",   "opaque", "attention", "spatial"};
   return names[static_cast<int>(k)];
 }
 
@@ -48,6 +50,7 @@ struct node_desc {
   std::size_t input_index = 0;  ///< input leaves: which argument
   int view_a = -1, view_b = -1; ///< views: the two swapped dimensions of a transpose; -1 for reshape
   const char* device = "";      ///< pointwise and reduce: the op's CUDA spelling (ops/), "" if it has none
+  window win{};                 ///< spatial nodes (conv2d, pooling): op, window, stride, padding (expr/window.hpp)
 };
 
 /// An op's CUDA spelling (its `device` member), or "" for an op without one (the CUDA code

@@ -72,4 +72,24 @@ struct attention_causal {
   static constexpr bool value = Ok;
 };
 
+template <class Op, class ShapeA, class ShapeB, int Error>
+struct spatial_shapes {
+  static_assert(Error != 1,
+                "fusebox: conv2d / max_pool2d / avg_pool2d: operands are NCHW [batch, channels, height, width] and a "
+                "conv weight is OIHW [out channels, in channels, kernel h, kernel w] (op and shapes above): rank 4 "
+                "each. Fix: reshape a flat image batch [N, H*W] to [N, 1, H, W]");
+  static_assert(Error != 2,
+                "fusebox: conv2d(x, w): x's channels (dimension 1, shape above) must equal w's in-channels "
+                "(dimension 1 of the OIHW weight). Fix: the previous layer's out-channels are this layer's "
+                "in-channels; a weight stored [in, out, kh, kw] needs transpose<0, 1>(w)");
+  static_assert(Error != 3,
+                "fusebox: conv2d / pooling: the window does not fit (op above: stride, padding; shapes above): need "
+                "height + 2 * padding >= kernel, stride >= 1, padding >= 0, and for pooling padding at most half "
+                "the window. Fix: more padding, a smaller kernel, or a larger input");
+  static_assert(Error != 4,
+                "fusebox: conv2d / pooling gradient op: the gradient's shape (above) does not match the forward "
+                "call's");
+  static constexpr bool value = Error == 0;
+};
+
 }  // namespace fusebox::static_check

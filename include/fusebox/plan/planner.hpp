@@ -16,8 +16,9 @@
 //                   pointwise → reduce(other axis) producer fusion only
 //                 A group with a last-axis reduce is a row group: each row is reduced in passes
 //                 while it stays in cache.
-//   2. epilogue   a pure pointwise group with one output, over exactly the shape of a matmul whose
-//                 only consumers are in that group, becomes the matmul's epilogue.
+//   2. epilogue   a pure pointwise group with one output, over exactly the shape of a matmul (or a
+//                 spatial node: conv2d, pooling) whose only consumers are in that group, becomes
+//                 its epilogue.
 //   3. materialise a node gets memory when it is an output or read by another kernel.
 //   4. order      kernels in dependency order (Kahn's algorithm, smallest node id first).
 //   5. row cache  inside a row group, a costly node needed by two or more passes is stored in a
@@ -33,10 +34,10 @@
 
 namespace fusebox::plan {
 
-enum class kernel_kind : std::uint8_t { rows, reduce_cols, matmul, opaque, copy, attention };
+enum class kernel_kind : std::uint8_t { rows, reduce_cols, matmul, opaque, copy, attention, spatial };
 
 constexpr const char* name(kernel_kind k) {
-  constexpr const char* names[] = {"rows", "reduce_cols", "matmul", "opaque", "copy", "attention"};
+  constexpr const char* names[] = {"rows", "reduce_cols", "matmul", "opaque", "copy", "attention", "spatial"};
   return names[static_cast<int>(k)];
 }
 
@@ -44,8 +45,8 @@ inline constexpr std::size_t no_offset = static_cast<std::size_t>(-1);
 
 struct kernel {
   kernel_kind kind = kernel_kind::rows;
-  int group = -1;     ///< rows / reduce_cols: the group; matmul: the epilogue group or -1
-  int node = -1;      ///< matmul, reduce_cols, opaque, copy, attention: the node it computes
+  int group = -1;     ///< rows / reduce_cols: the group; matmul, spatial: the epilogue group or -1
+  int node = -1;      ///< matmul, reduce_cols, opaque, copy, attention, spatial: the node it computes
   dims space{};       ///< the index space its loops run over
   int passes = 0;     ///< rows: number of reduction passes before the output pass
   int cached = 0;     ///< rows: nodes kept in the row scratch
@@ -182,7 +183,7 @@ struct grouping {
 
 /// Arena offsets by liveness over the kernel order, first fit; sets offset[] and arena_bytes.
 /// Buffers: materialised nodes computed by a kernel that are not outputs (outputs live in the
-/// caller's tensors), views, leaves or opaque results, and not matmuls fused into an epilogue
+/// caller's tensors), views, leaves or opaque results, and not matmuls or spatial nodes fused into an epilogue
 /// (they write into the epilogue's buffer). `nodes` must have every extent known.
 template <std::size_t N>
 constexpr void assign_arena(plan_t<N>& p, const std::array<ir::node, N>& nodes, std::size_t elem_bytes) {
@@ -234,7 +235,10 @@ constexpr void assign_arena(plan_t<N>& p, const std::array<ir::node, N>& nodes, 
       if (p.kernel_of[i] != ki || !p.materialised[i] || p.is_output[i]) continue;
       const node_kind kind = nodes[i].desc.kind;
       if (kind == node_kind::opaque || kind == node_kind::view || ir::is_leaf_kind(kind)) continue;
-      if (kind == node_kind::matmul && p.kernels[ki].kind == kernel_kind::matmul && p.kernels[ki].group >= 0) continue;
+      if ((kind == node_kind::matmul || kind == node_kind::spatial) &&
+          (p.kernels[ki].kind == kernel_kind::matmul || p.kernels[ki].kind == kernel_kind::spatial) &&
+          p.kernels[ki].group >= 0)
+        continue;
       const std::size_t bytes = (nodes[i].desc.shape.size() * elem_bytes + 63) / 64 * 64;
       // First fit: the lowest offset whose range overlaps no live block.
       std::size_t at = 0;
@@ -289,7 +293,7 @@ constexpr plan_t<N> make_plan(const std::array<ir::node, N>& nodes, const std::a
   for (int i = 0; i < n; ++i) {
     const node_kind k = nodes[i].desc.kind;
     bool m = p.is_output[i] || ir::is_leaf_kind(k) || k == node_kind::matmul || k == node_kind::view ||
-             k == node_kind::opaque || k == node_kind::attention;
+             k == node_kind::opaque || k == node_kind::attention || k == node_kind::spatial;
     for (int c = 0; c < n && !m; ++c)
       if (g.consumers_of[i][c] && (p.group[c] < 0 || p.group[c] != p.group[i])) m = true;
     p.materialised[i] = m;
@@ -300,10 +304,10 @@ constexpr plan_t<N> make_plan(const std::array<ir::node, N>& nodes, const std::a
   // A view reads its input's memory.
   for (int i = 0; i < n; ++i)
     if (nodes[i].desc.kind == node_kind::view) p.materialised[nodes[i].inputs[0]] = true;
-  // Matmul, attention and opaque operands must be in memory.
+  // Matmul, attention, spatial and opaque operands must be in memory.
   for (int i = 0; i < n; ++i)
     if (nodes[i].desc.kind == node_kind::matmul || nodes[i].desc.kind == node_kind::opaque ||
-        nodes[i].desc.kind == node_kind::attention)
+        nodes[i].desc.kind == node_kind::attention || nodes[i].desc.kind == node_kind::spatial)
       for (int k = 0; k < nodes[i].n_inputs; ++k) p.materialised[nodes[i].inputs[k]] = true;
 
   for (int i = 0; i < n; ++i)
@@ -317,7 +321,8 @@ constexpr plan_t<N> make_plan(const std::array<ir::node, N>& nodes, const std::a
   std::array<int, N> epilogue_for_matmul{};
   for (int i = 0; i < n; ++i) epilogue_of_group[i] = epilogue_for_matmul[i] = -1;
   for (int m = 0; m < n; ++m) {
-    if (nodes[m].desc.kind != node_kind::matmul || p.is_output[m]) continue;
+    // Spatial kernels call the epilogue on finished output rows as gemm does (cpu/spatial.hpp).
+    if ((nodes[m].desc.kind != node_kind::matmul && nodes[m].desc.kind != node_kind::spatial) || p.is_output[m]) continue;
     int grp = -2;
     for (int c = 0; c < n; ++c) {
       if (!g.consumers_of[m][c]) continue;
@@ -340,7 +345,8 @@ constexpr plan_t<N> make_plan(const std::array<ir::node, N>& nodes, const std::a
     unit[i] = -1;
     const node_kind k = nodes[i].desc.kind;
     if (p.group[i] >= 0) unit[i] = epilogue_of_group[p.group[i]] >= 0 ? epilogue_of_group[p.group[i]] : p.group[i];
-    else if (k == node_kind::matmul || k == node_kind::opaque || k == node_kind::attention) unit[i] = i;
+    else if (k == node_kind::matmul || k == node_kind::opaque || k == node_kind::attention || k == node_kind::spatial)
+      unit[i] = i;
   }
   // Views and leaves need no kernel; a view's readers depend on what the view looks at.
   auto source = [&](int i) {
@@ -377,8 +383,8 @@ constexpr plan_t<N> make_plan(const std::array<ir::node, N>& nodes, const std::a
     scheduled[pick] = true;
     kernel k{};
     const node_kind nk = nodes[pick].desc.kind;
-    if (nk == node_kind::matmul) {
-      k.kind = kernel_kind::matmul;
+    if (nk == node_kind::matmul || nk == node_kind::spatial) {
+      k.kind = nk == node_kind::matmul ? kernel_kind::matmul : kernel_kind::spatial;
       k.node = pick;
       k.group = epilogue_for_matmul[pick];
       k.space = nodes[pick].desc.shape;
