@@ -52,14 +52,16 @@ auto w3 = [](auto x, auto w1_, auto b1, auto w2_, auto b2, auto w3_, auto b3) {
 // compilation: as one expression, the residual `h` used twice would copy the attention subtree
 // past ir::max_expanded_nodes).
 constexpr std::size_t w4_b = 8, w4_t = 256, w4_d = 768, w4_h = 12, w4_dh = 64, w4_tok = w4_b * w4_t;
-auto w4_attention = [](auto x, auto g1, auto be1, auto wq, auto bq, auto wk, auto bk, auto wv, auto bv, auto wo,
-                       auto bo) {
+auto w4_attention = [](auto x, auto g1, auto be1, auto wqkv, auto bqkv, auto wo, auto bo) {
+  // As torch's block (and GPT-2's c_attn): one [d, 3d] projection; q, k and v are slices of its
+  // product, viewed as heads where the GEMM wrote them.
   using heads = fb::shape<w4_b, w4_t, w4_h, w4_dh>;
-  auto ln1 = fb::layer_norm(x, g1, be1, 1e-5f);
-  auto q = fb::reshape<heads>(fb::matmul(ln1, wq) + bq);
-  auto k = fb::reshape<heads>(fb::matmul(ln1, wk) + bk);
-  auto v = fb::reshape<heads>(fb::matmul(ln1, wv) + bv);
-  auto o = fb::reshape<fb::shape<w4_tok, w4_d>>(fb::attention(q, k, v, fb::causal));
+  constexpr std::size_t d = w4_d;
+  auto qkv = fb::matmul(fb::layer_norm(x, g1, be1, 1e-5f), wqkv) + bqkv;
+  auto q = fb::reshape<heads>(fb::slice<1, 0, d>(qkv));
+  auto k = fb::reshape<heads>(fb::slice<1, d, 2 * d>(qkv));
+  auto v = fb::reshape<heads>(fb::slice<1, 2 * d, 3 * d>(qkv));
+  auto o = fb::reshape<fb::shape<w4_tok, d>>(fb::attention(q, k, v, fb::causal));
   return x + fb::matmul(o, wo) + bo;
 };
 auto w4_mlp = [](auto h, auto g2, auto be2, auto w1_, auto b1, auto w2_, auto b2) {
@@ -354,15 +356,26 @@ void run_w4(const limits& lim, fb::mode mode, bool quick) {
   auto up = [](const auto& h) { return fb::cuda::tensor<bf, typename std::decay_t<decltype(h)>::shape_type>(h); };
   const auto dx = up(x);
   const auto dg1 = up(g1), dbe1 = up(be1), dg2 = up(g2), dbe2 = up(be2), dbo = up(bo), db2 = up(b2h);
-  const auto dbq = up(bq), dbk = up(bk), dbv = up(bv);
-  const auto dwq = up(wq), dwk = up(wk), dwv = up(wv), dwo = up(wo);
+  host<D, 3 * D> wqkv;  // [wq | wk | wv], and their biases: the packed projection the model takes
+  host<3 * D> bqkv;
+  for (std::size_t i = 0; i < D; ++i) {
+    for (std::size_t c = 0; c < D; ++c) {
+      wqkv(i, c) = wq(i, c);
+      wqkv(i, D + c) = wk(i, c);
+      wqkv(i, 2 * D + c) = wv(i, c);
+    }
+    bqkv(i) = bq(i), bqkv(D + i) = bk(i), bqkv(2 * D + i) = bv(i);
+  }
+  const auto dwqkv = up(wqkv);
+  const auto dwo = up(wo);
+  const auto dbqkv = up(bqkv);
   const auto dw1 = up(w1h);
   const auto db1 = up(b1h);
   const auto dw2 = up(w2h);
   auto attention = fb::compile(w4_attention, fb::options{.mode = mode});
   auto mlp = fb::compile(w4_mlp, fb::options{.mode = mode});
   auto call = [&] {
-    const auto h = attention(dx, dg1, dbe1, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo);
+    const auto h = attention(dx, dg1, dbe1, dwqkv, dbqkv, dwo, dbo);
     return mlp(h, dg2, dbe2, dw1, db1, dw2, db2);
   };
   const auto t0 = std::chrono::steady_clock::now();

@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -204,6 +205,21 @@ TEST_CASE("reshape views contiguous data and copies strided data", "[core][tenso
     for (std::size_t i = 0; i < 24; ++i) CHECK(r(i) == v.flat(i));
     CHECK(r(1) == t(1, 0));
   }
+  SECTION("strided but splitting only within contiguous runs (torch.view's rule): a view") {
+    // Columns 0..2 of a [4, 6] tensor as [2, 2, 3]: the rows split (4 -> 2 x 2, strides 12 and
+    // 6), the columns stay.
+    const auto cols = t.slice<1, 0, 3>();  // [4, 3], strides [6, 1]
+    const auto r = cols.reshape<fb::shape<2, 2, 3>>();
+    CHECK(r.data() == t.data());
+    CHECK(r.stride(0) == 12);
+    CHECK(r.stride(1) == 6);
+    CHECK(r.stride(2) == 1);
+    for (std::size_t i = 0; i < 12; ++i) CHECK(r.flat(i) == cols.flat(i));
+    // Merging the rows of that slice would cross a gap: copied.
+    const auto flat = cols.reshape<fb::shape<12>>();
+    CHECK(flat.data() != t.data());
+    for (std::size_t i = 0; i < 12; ++i) CHECK(flat(i) == cols.flat(i));
+  }
   SECTION("errors: the element count must match, at most one dyn extent") {
     fb::tensor<float, fb::shape<fb::dyn, 6>> d(4);
     CHECK_THROWS_AS((d.reshape<fb::shape<5, 5>>()), fb::shape_error);
@@ -285,4 +301,69 @@ TEST_CASE("storage is counted and released with its last view", "[core][tensor][
     CHECK(fb::memory().live.load() == before + 40000 + 64);
   }
   CHECK(fb::memory().live.load() == before);
+}
+
+TEST_CASE("view_strides: whenever it finds strides they address every element where the source does; "
+          "it refuses what needs a copy", "[core][tensor][views]") {
+  // Sources: a contiguous [4, 6, 2] base seen through transposes and slices; targets: every shape
+  // of rank 1 to 4 with the same element count whose extents are its divisors.
+  struct source {
+    const char* what;
+    fb::dims shape;
+    fb::strides_t stride;
+  };
+  const std::vector<source> sources = {
+      {"contiguous", D({4, 6, 2}), {12, 2, 1}},
+      {"transposed 0, 2", D({2, 6, 4}), {1, 2, 12}},
+      {"columns 1..4 of [4, 6, 2]", D({4, 3, 2}), {12, 2, 1}},
+      {"[4, 6, 2] sliced to [4, 6, 1]", D({4, 6, 1}), {12, 2, 1}},
+      {"rows 1..3 (contiguous, offset)", D({2, 6, 2}), {12, 2, 1}},
+  };
+  auto offset = [](const fb::dims& d, const fb::strides_t& st, std::size_t flat) {
+    std::ptrdiff_t off = 0;
+    for (std::size_t k = d.rank; k-- > 0;) {
+      off += static_cast<std::ptrdiff_t>(flat % d.extent[k]) * st[k];
+      flat /= d.extent[k];
+    }
+    return off;
+  };
+  auto is_contiguous_layout = [&](const source& s) { return s.stride == fb::contiguous_strides(s.shape); };
+  int found = 0, refused = 0;
+  for (const auto& s : sources) {
+    const std::size_t n = s.shape.size();
+    std::vector<std::size_t> divisors;
+    for (std::size_t e = 1; e <= n; ++e)
+      if (n % e == 0) divisors.push_back(e);
+    std::vector<fb::dims> targets;
+    for (std::size_t a : divisors) {
+      targets.push_back(D({n}));
+      if (n % a) continue;
+      targets.push_back(D({a, n / a}));
+      for (std::size_t b : divisors)
+        if ((n / a) % b == 0) {
+          targets.push_back(D({a, b, n / a / b}));
+          for (std::size_t c : divisors)
+            if ((n / a / b) % c == 0) targets.push_back(D({a, b, c, n / a / b / c}));
+        }
+    }
+    for (const auto& to : targets) {
+      INFO(s.what << " as " << fb::to_string(to));
+      fb::strides_t st{};
+      if (!fb::view_strides(s.shape, s.stride, to, st)) {
+        CHECK_FALSE(is_contiguous_layout(s));  // contiguous data is always viewable
+        ++refused;
+        continue;
+      }
+      ++found;
+      for (std::size_t i = 0; i < n; ++i) REQUIRE(offset(to, st, i) == offset(s.shape, s.stride, i));
+    }
+  }
+  CHECK(found > 50);
+  CHECK(refused > 10);  // the transposed and sliced sources cannot be viewed in every shape
+  // Named cases: a transposed matrix cannot be flattened; a different element count never fits.
+  fb::strides_t st{};
+  CHECK_FALSE(fb::view_strides(D({6, 4}), {1, 6}, D({24}), st));
+  CHECK_FALSE(fb::view_strides(D({6, 4}), {4, 1}, D({25}), st));
+  CHECK(fb::view_strides(D({6, 4}), {1, 6}, D({6, 2, 2}), st));  // splitting the strided dim 4 is fine
+  CHECK(st == fb::strides_t{1, 12, 6});
 }

@@ -707,6 +707,30 @@ TEST_CASE("CUDA: a GPT-2 attention half in bfloat16: projections, attention on t
       want[r * D + c] = s;
     }
   CHECK(scaled_error(yh, want) < 2e-2);
+
+  // The same block with one packed [D, 3D] projection (GPT-2's c_attn): q, k and v are slices of
+  // its product read in place, so one GEMM replaces three.
+  auto packed = [](auto x, auto wqkv, auto wo) {
+    auto qkv = fb::matmul(x, wqkv);
+    auto q = fb::reshape<heads>(fb::slice<1, 0, D>(qkv));
+    auto k = fb::reshape<heads>(fb::slice<1, D, 2 * D>(qkv));
+    auto v = fb::reshape<heads>(fb::slice<1, 2 * D, 3 * D>(qkv));
+    return x + fb::matmul(fb::reshape<fb::shape<B * T, D>>(fb::attention(q, k, v, fb::causal)), wo);
+  };
+  fb::tensor<float, fb::shape<D, 3 * D>> wqkv;
+  for (std::size_t i = 0; i < D; ++i)
+    for (std::size_t c = 0; c < D; ++c) {
+      wqkv(i, c) = wq(i, c);
+      wqkv(i, D + c) = wk(i, c);
+      wqkv(i, 2 * D + c) = wv(i, c);
+    }
+  const fb::cuda::tensor<bf, fb::shape<D, 3 * D>> dqkv(wqkv);
+  const auto packed_steps = device_steps([&] { y = fb::compile(packed)(dx, dqkv, dwo); });
+  CHECK(packed_steps.size() == 3);  // one projection, attention, the output projection
+  REQUIRE(!packed_steps.empty());
+  CHECK(packed_steps[1].find("tensor cores") != std::string::npos);  // rendered for them ...
+  CHECK(packed_steps[1].find("generic entry") == std::string::npos);  // ... and the slices were aligned for them
+  CHECK(scaled_error(y.to_host(), want) < 2e-2);
 }
 
 TEST_CASE("CUDA: a call without a GPU says the backend is unavailable", "[cuda]") {

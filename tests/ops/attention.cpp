@@ -1,7 +1,7 @@
 // tests/ops/attention.cpp: attention(q, k, v[, causal]) (include/fusebox/ops/attention.hpp) on the
 // host: eager, compiled with static shapes (cpu/executor.hpp) and with a dyn batch (the run-time
 // path), causal and not, operands that are strided views (heads of one projection, PyTorch's
-// [B, H, T, E] layout through transpose), against a double reference of softmax(q·kᵀ/sqrt(E))·v
+// [B, H, T, E] layout through transpose, q, k and v sliced from one packed projection), against a double reference of softmax(q·kᵀ/sqrt(E))·v
 // on every output element; shape errors name the three shapes.
 //
 // Tolerance: each output is a convex combination of v's entries (weights from an online softmax in
@@ -128,6 +128,57 @@ TEST_CASE("attention: q, k, v as strided views (one projection's heads; PyTorch'
     return static_cast<double>(v_bhte.flat(((b * H + h) * T + i) * EV + e));
   };
   check(y, reference(B, T, T, H, E, EV, true, proj(wq), proj(wk), v), 1.0);
+}
+
+TEST_CASE("attention: q, k, v sliced from one packed projection (torch's qkv.split + view), static and "
+          "run-time paths", "[ops][attention]") {
+  // x·w is [B*T, 3*H*E]; slice<1, ...> takes each block of H*E columns (row stride 3*H*E) and
+  // reshape<[B, T, H, E]> splits its rows and columns without a copy (view_strides).
+  fb::tensor<float, fb::shape<B * T, 16>> x;
+  fb::tensor<float, fb::shape<16, 3 * H * E>> w;
+  x.fill_random(17), w.fill_random(18, -0.5f, 0.5f);
+  using heads = fb::shape<B, T, H, E>;
+  auto model = [](auto xx, auto ww) {
+    auto qkv = fb::matmul(xx, ww);
+    auto q = fb::reshape<heads>(fb::slice<1, 0, H * E>(qkv));
+    auto k = fb::reshape<heads>(fb::slice<1, H * E, 2 * H * E>(qkv));
+    auto v = fb::reshape<heads>(fb::slice<1, 2 * H * E, 3 * H * E>(qkv));
+    return fb::attention(q, k, v, fb::causal);
+  };
+  auto block = [&](std::size_t which) {
+    return [&x, &w, which](std::size_t b, std::size_t i, std::size_t h, std::size_t e) {
+      double s = 0;
+      for (std::size_t c = 0; c < 16; ++c)
+        s += static_cast<double>(x.flat((b * T + i) * 16 + c)) * w.flat(c * 3 * H * E + which * H * E + h * E + e);
+      return s;
+    };
+  };
+  const auto want = reference(B, T, T, H, E, E, true, block(0), block(1), block(2));
+  check(fb::compile(model)(x, w), want, 4.0);
+  check(fb::eager(model)(x, w), want, 4.0);
+  // The run-time path (a dyn-batch tensor of the same extents) rebuilds the views from the graph.
+  fb::tensor<float, fb::shape<fb::dyn, 16>> xd(B * T);
+  for (std::size_t i = 0; i < xd.size(); ++i) xd.flat(i) = x.flat(i);
+  auto flat = [](auto xx, auto ww) {
+    auto qkv = fb::matmul(xx, ww);
+    return fb::slice<1, H * E, 2 * H * E>(qkv) * 2.0f + fb::slice<1, 0, H * E>(qkv);
+  };
+  const auto y = fb::compile(flat)(xd, w);
+  for (std::size_t r = 0; r < B * T; ++r)
+    for (std::size_t c = 0; c < H * E; ++c) {
+      double q = 0, k = 0;
+      for (std::size_t j = 0; j < 16; ++j) {
+        q += static_cast<double>(x.flat(r * 16 + j)) * w.flat(j * 3 * H * E + c);
+        k += static_cast<double>(x.flat(r * 16 + j)) * w.flat(j * 3 * H * E + H * E + c);
+      }
+      INFO("row " << r << ", column " << c);
+      REQUIRE(std::abs(y(r, c) - (2 * k + q)) < 1e-4 * (1 + std::abs(2 * k + q)));
+    }
+  // A slice past the run-time extent is a shape_error naming the slice and the shape.
+  fb::tensor<float, fb::shape<fb::dyn, fb::dyn>> narrow(4, 3);
+  narrow.fill_random(19);
+  auto past = [](auto a) { return fb::slice<1, 2, 5>(a) + 1.0f; };
+  CHECK_THROWS_WITH(fb::compile(past)(narrow), Catch::Contains("slice<1, 2, 5>") && Catch::Contains("[4, 3]"));
 }
 
 TEST_CASE("attention: mismatched shapes are a shape_error naming q, k and v", "[ops][attention]") {

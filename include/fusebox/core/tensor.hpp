@@ -38,6 +38,33 @@ constexpr strides_t contiguous_strides(const dims& d) {
   return s;
 }
 
+/// Strides that show elements laid out as `from` with `stride` in the shape `to` without moving
+/// them (torch.view's rule), into `out`; false if there are none. `from` is cut, from its innermost
+/// dimension out, into runs of dimensions that are contiguous with each other; `to` may split and
+/// merge dimensions within a run but not across two. A contiguous input always has them.
+constexpr bool view_strides(const dims& from, const strides_t& stride, const dims& to, strides_t& out) {
+  if (from.size() != to.size()) return false;
+  out = contiguous_strides(to);
+  if (from.size() == 0 || from.rank == 0) return true;  // no element: any strides will do
+  std::ptrdiff_t t = static_cast<std::ptrdiff_t>(to.rank) - 1;
+  std::ptrdiff_t base = stride[from.rank - 1];  // the stride of the run's innermost dimension
+  std::size_t run = 1, made = 1;                // elements of the run in `from`, and in `to` so far
+  for (std::ptrdiff_t d = static_cast<std::ptrdiff_t>(from.rank) - 1; d >= 0; --d) {
+    run *= from.extent[d];
+    const bool run_ends = d == 0 || (from.extent[d - 1] != 1 &&
+                                     stride[d - 1] != static_cast<std::ptrdiff_t>(run) * base);
+    if (!run_ends) continue;
+    while (t >= 0 && (made < run || to.extent[t] == 1)) {
+      out[t] = static_cast<std::ptrdiff_t>(made) * base;
+      made *= to.extent[t];
+      --t;
+    }
+    if (made != run) return false;
+    if (d > 0) base = stride[d - 1], run = 1, made = 1;
+  }
+  return t < 0;
+}
+
 /// A non-owning strided view: what kernels read and write.
 template <class T>
 struct strided {
@@ -178,8 +205,9 @@ class tensor {
     return tensor<T, S>(owner_, view_.data, d, s);
   }
 
-  /// A new shape over the same elements. Contiguous data is viewed; anything else is copied (as in
-  /// torch.reshape). `dyn` in the new shape takes the remaining size.
+  /// A new shape over the same elements. Viewed where strides allow it (view_strides: always for
+  /// contiguous data), copied otherwise, as in torch.reshape. `dyn` in the new shape takes the
+  /// remaining size.
   template <class S2>
   auto reshape(std::source_location loc = std::source_location::current()) const {
     static_assert(!Shape::is_static || !S2::is_static || Shape::size == S2::size,
@@ -199,7 +227,7 @@ class tensor {
       throw shape_error("reshape: " + to_string(view_.shape) + " has " + std::to_string(size()) +
                             " elements, cannot become " + to_string(d),
                         loc);
-    if (contiguous()) return tensor<T, S2>(owner_, view_.data, d, contiguous_strides(d));
+    if (strides_t s{}; view_strides(view_.shape, view_.stride, d, s)) return tensor<T, S2>(owner_, view_.data, d, s);
     tensor<T, S2> out(d);
     for (std::size_t i = 0; i < size(); ++i) out.data()[i] = flat(i);
     return out;

@@ -44,13 +44,15 @@ struct node_desc {
   node_kind kind = node_kind::pointwise;
   const char* name = "";
   dims shape{};
-  int axis = -1;                ///< reductions: the reduced dimension (normalised, >= 0); attention: 1 if causal
+  int axis = -1;                ///< reductions: the reduced dimension (normalised, >= 0); attention: 1 if causal;
+                                ///< slice views: the sliced dimension (-1 for other views)
   bool keepdim = false;         ///< reductions
   int flops = 0;                ///< per output element, for reports and fusion heuristics
   std::size_t input_index = 0;  ///< input leaves: which argument
   int view_a = -1, view_b = -1; ///< views: the two swapped dimensions of a transpose; -1 for reshape
   const char* device = "";      ///< pointwise and reduce: the op's CUDA spelling (ops/), "" if it has none
   window win{};                 ///< spatial nodes (conv2d, pooling): op, window, stride, padding (expr/window.hpp)
+  std::size_t view_start = 0;   ///< slice views: the first element kept along `axis`
 };
 
 /// An op's CUDA spelling (its `device` member), or "" for an op without one (the CUDA code
@@ -304,15 +306,18 @@ struct attention_node : expr_base {
   }
 };
 
-/// A change of strides only (transpose, reshape of contiguous data, static slice).
-/// View must offer `static constexpr dims shape(dims)` and `static strided<T> apply(strided<T>)`.
+/// A change of strides only (transpose, reshape, static slice).
+/// View must offer `static constexpr dims shape(dims)`, `static strided<T> apply(strided<T>)` and
+/// the facts the run-time path rebuilds it from (`swapped_a/b`, `sliced_axis`, `slice_start`).
 template <class View, class Arg>
 struct view_node : expr_base {
   using value_type = typename Arg::value_type;
   using children = meta::type_list<Arg>;
   using view = View;
-  static constexpr node_desc desc{node_kind::view, View::name, View::shape(Arg::desc.shape), -1, false, 0, 0,
-                                  View::swapped_a, View::swapped_b};
+  static constexpr node_desc desc{node_kind::view, View::name,     View::shape(Arg::desc.shape),
+                                  View::sliced_axis, false,        0,
+                                  0,                 View::swapped_a, View::swapped_b,
+                                  "",                {},              View::slice_start};
   static constexpr bool has_payload = Arg::has_payload, symbolic = Arg::symbolic, fullgraph = Arg::fullgraph;
   Arg arg;
 

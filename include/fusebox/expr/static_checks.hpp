@@ -55,6 +55,13 @@ struct reshape_size_mismatch {
   static constexpr bool value = Ok;
 };
 
+template <class Shape, std::size_t Axis, std::size_t Begin, std::size_t End, bool Ok>
+struct slice_out_of_range {
+  static_assert(Ok, "fusebox: slice<Axis, Begin, End>(x): need Begin < End <= the extent of dimension Axis of x "
+                    "(x's shape, Axis, Begin and End above)");
+  static constexpr bool value = Ok;
+};
+
 template <class ShapeQ, class ShapeK, class ShapeV, bool Ok>
 struct attention_shapes {
   static_assert(Ok,

@@ -324,9 +324,10 @@ bool attention_rows_aligned(const strided<T>& x, std::size_t bytes) {
   return true;
 }
 
-/// Queues attention kernel `rk` (entries `tc` and `generic`) for q, k, v → o on `on`.
+/// Queues attention kernel `rk` (entries `tc` and `generic`) for q, k, v → o on `on`; true if it
+/// took the tensor-core entry.
 template <class T>
-void launch_attention(const rendered_cuda_kernel& rk, cuda::CUfunction tc, cuda::CUfunction generic, const strided<T>& q,
+bool launch_attention(const rendered_cuda_kernel& rk, cuda::CUfunction tc, cuda::CUfunction generic, const strided<T>& q,
                       const strided<T>& k, const strided<T>& v, const strided<T>& o, cuda::CUstream on) {
   cuda_attention_args a;
   a.q = reinterpret_cast<std::uint64_t>(q.data);
@@ -344,7 +345,7 @@ void launch_attention(const rendered_cuda_kernel& rk, cuda::CUfunction tc, cuda:
   a.heads = static_cast<int>(q.shape[2]);
   a.tk = static_cast<int>(k.shape[1]);
   a.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(q.shape[3])));
-  if (a.batch == 0 || a.tq == 0 || a.heads == 0) return;
+  if (a.batch == 0 || a.tq == 0 || a.heads == 0) return false;
   void* args[] = {&a};
   cuda::dim3 grid, block;
   block.x = attention_block_threads;
@@ -357,6 +358,7 @@ void launch_attention(const rendered_cuda_kernel& rk, cuda::CUfunction tc, cuda:
     grid.x = static_cast<unsigned>((q.shape[0] * q.shape[1] * q.shape[2] + 3) / 4);
   }
   cuda::launch(tensor_cores ? tc : generic, grid, block, 0, on, args, rk.summary);
+  return tensor_cores;
 }
 
 }  // namespace fusebox::jit

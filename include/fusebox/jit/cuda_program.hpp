@@ -183,8 +183,9 @@ struct cuda_program {
         case plan::kernel_kind::attention: {
           const ir::node& n = nodes[kn.node];
           profile::scoped_span span(kernels[k].summary, "kernel");
-          launch_attention(kernels[k], vector_entry[k], scalar_entry[k], f.loc[n.inputs[0]], f.loc[n.inputs[1]],
-                           f.loc[n.inputs[2]], f.loc[kn.node], on);
+          const bool tc = launch_attention(kernels[k], vector_entry[k], scalar_entry[k], f.loc[n.inputs[0]],
+                                           f.loc[n.inputs[1]], f.loc[n.inputs[2]], f.loc[kn.node], on);
+          if (timing && rep == 0 && kernels[k].tensor_cores && !tc) timed.back().name += "; ran the generic entry (rows not aligned)";
           break;
         }
         case plan::kernel_kind::opaque:

@@ -3,7 +3,8 @@
 // kernels, and runs a call: lays out the arena for the call's concrete extents, binds every node's
 // memory, and runs the kernels in plan order — generated code for rows, column reductions and
 // matmul epilogues; cpu::gemm, user functions (graph breaks) and copies on the host.
-// Depends on: plan/planner.hpp, cpu/{addressing,gemm,thread_pool,invoke}.hpp, jit/kernel_abi.hpp.
+// Depends on: plan/planner.hpp, cpu/{addressing,gemm,thread_pool,invoke}.hpp, jit/kernel_abi.hpp,
+// ops/layout.hpp.
 #pragma once
 
 #include <algorithm>
@@ -18,7 +19,9 @@
 #include "fusebox/cpu/attention.hpp"
 #include "fusebox/cpu/gemm.hpp"
 #include "fusebox/cpu/invoke.hpp"
+#include "fusebox/cpu/spatial.hpp"
 #include "fusebox/jit/kernel_abi.hpp"
+#include "fusebox/ops/layout.hpp"
 #include "fusebox/plan/planner.hpp"
 #include "fusebox/profile.hpp"
 
@@ -55,7 +58,8 @@ struct program {
         f.loc[i] = strided<T>{reinterpret_cast<T*>(arena + p.offset[i]), concrete[i].desc.shape,
                               contiguous_strides(concrete[i].desc.shape)};
     for (int k = 0; k < p.n_kernels; ++k)
-      if (p.kernels[k].kind == plan::kernel_kind::matmul && p.kernels[k].group >= 0)
+      if ((p.kernels[k].kind == plan::kernel_kind::matmul || p.kernels[k].kind == plan::kernel_kind::spatial) &&
+          p.kernels[k].group >= 0)
         f.loc[p.kernels[k].node] = f.loc[epilogue_output(p.kernels[k].group)];
     bind_views(nodes, f, concrete);
     const unsigned threads = rt.pool->size();
@@ -65,6 +69,11 @@ struct program {
       if (p.kernels[k].kind == plan::kernel_kind::matmul) {
         const auto s = mm_sizes(concrete, p.kernels[k].node);
         gemm_ws = std::max(gemm_ws, cpu::gemm_workspace_bytes<T>(s[0], s[1], s[2], s[3], threads));
+      } else if (p.kernels[k].kind == plan::kernel_kind::spatial) {
+        const ir::node& n = concrete[p.kernels[k].node];
+        gemm_ws = std::max(gemm_ws, cpu::spatial_workspace_bytes<T>(
+                                        n.desc.win, concrete[n.inputs[0]].desc.shape,
+                                        n.n_inputs == 2 ? concrete[n.inputs[1]].desc.shape : dims{}, n.desc.shape, threads));
       }
     std::byte* ws = rt.workspace.ensure(scratch_stride * threads + gemm_ws);
     f.workspace = ws;
@@ -84,6 +93,10 @@ struct program {
           bind_views(nodes, f, concrete);
           break;
         case plan::kernel_kind::copy: cpu::strided_copy(f.loc[kn.node], f.copy_to[kn.node]); break;
+        case plan::kernel_kind::spatial:
+          run_spatial(f, concrete, k, kn, *rt.pool,
+                      std::span<std::byte>(ws + scratch_stride * threads, f.workspace_bytes - scratch_stride * threads));
+          break;
         case plan::kernel_kind::attention: {
           const ir::node& n = nodes[kn.node];
           cpu::attention(f.loc[n.inputs[0]], f.loc[n.inputs[1]], f.loc[n.inputs[2]], f.loc[kn.node], n.desc.axis == 1,
@@ -105,7 +118,8 @@ struct program {
     return -1;
   }
 
-  /// Views (transpose, reshape) take their input's memory with their own shape and strides.
+  /// Views (transpose, slice, reshape) take their input's memory with their own shape and strides,
+  /// as ops/layout.hpp's apply() gives them on the static path.
   static void bind_views(const std::array<ir::node, N>& nodes, cpu::frame<T, N>& f,
                          const std::array<ir::node, N>& concrete) {
     for (std::size_t i = 0; i < N; ++i) {
@@ -115,11 +129,15 @@ struct program {
       if (n.desc.view_a >= 0) {
         std::swap(s.shape.extent[n.desc.view_a], s.shape.extent[n.desc.view_b]);
         std::swap(s.stride[n.desc.view_a], s.stride[n.desc.view_b]);
-      } else {
-        if (s.data && !s.contiguous())
-          throw invalid_argument("reshape in a compiled model: the input " + to_string(s.shape) + " is not contiguous");
+      } else if (n.desc.axis >= 0) {  // slice
+        if (s.data) s.data += static_cast<std::ptrdiff_t>(n.desc.view_start) * s.stride[n.desc.axis];
         s.shape = concrete[i].desc.shape;
-        s.stride = contiguous_strides(s.shape);
+      } else {
+        const dims to = concrete[i].desc.shape;
+        strides_t st{};
+        if (!view_strides(s.shape, s.stride, to, st)) ops::throw_not_a_view(s.shape, to);
+        s.shape = to;
+        s.stride = st;
       }
       f.loc[i] = s;
     }
@@ -128,7 +146,7 @@ struct program {
   /// The index space a generated kernel runs over, at the call's extents.
   static dims space_for(const plan::plan_t<N>& p, const std::array<ir::node, N>& concrete, const plan::kernel& kn) {
     if (kn.kind == plan::kernel_kind::reduce_cols) return concrete[concrete[kn.node].inputs[0]].desc.shape;
-    if (kn.kind == plan::kernel_kind::matmul) return concrete[kn.node].desc.shape;
+    if (kn.kind == plan::kernel_kind::matmul || kn.kind == plan::kernel_kind::spatial) return concrete[kn.node].desc.shape;
     for (std::size_t i = 0; i < N; ++i)
       if (p.group[i] == kn.group) {
         if (concrete[i].desc.kind == node_kind::reduce) return concrete[concrete[i].inputs[0]].desc.shape;
@@ -226,6 +244,22 @@ struct program {
     const std::size_t blocks = (width + block - 1) / block;
     const auto fn = reinterpret_cast<cols_fn>(kernels[k].fn);
     pool.parallel_for(blocks, [&](std::size_t t, unsigned) { fn(&b.a, t * block, std::min(width, (t + 1) * block)); });
+  }
+
+  /// A spatial node on the host (cpu/spatial.hpp), its epilogue generated like a matmul's.
+  void run_spatial(cpu::frame<T, N>& f, const std::array<ir::node, N>& concrete, int k, const plan::kernel& kn,
+                   cpu::thread_pool& pool, std::span<std::byte> ws) const {
+    const ir::node& n = nodes[kn.node];
+    const strided<T>& a = f.loc[n.inputs[0]];
+    const strided<T>& b = n.n_inputs == 2 ? f.loc[n.inputs[1]] : a;
+    if (kn.group < 0) {
+      cpu::run_spatial(n.desc.win, a, b, f.loc[kn.node], pool, ws, cpu::no_spatial_epilogue{});
+      return;
+    }
+    args_block args = make_args(f, plan, concrete, k, kn);
+    const auto fn = reinterpret_cast<epilogue_fn>(kernels[k].fn);
+    cpu::run_spatial(n.desc.win, a, b, f.loc[kn.node], pool, ws,
+                     [&](std::size_t row, std::size_t j0, std::size_t cnt) { fn(&args.a, row, j0, cnt); });
   }
 
   void run_matmul(cpu::frame<T, N>& f, const std::array<ir::node, N>& concrete, int k, const plan::kernel& kn,

@@ -1,7 +1,7 @@
 // jit/specialize.hpp: the graph IR of an expression type, with the extents of one call or of one
 // specialisation (some extents symbolic) put in place of `dyn`, every node's shape recomputed by
 // the ops' shape rules. The planner then runs on the result, as it does at build time.
-// Depends on: ir/graph.hpp, expr/node.hpp.
+// Depends on: ir/graph.hpp, expr/node.hpp, ops/layout.hpp.
 #pragma once
 
 #include <array>
@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "fusebox/core/errors.hpp"
+#include "fusebox/expr/spatial.hpp"
 #include "fusebox/ir/graph.hpp"
+#include "fusebox/ops/layout.hpp"
 
 namespace fusebox::jit {
 
@@ -62,10 +64,32 @@ std::array<ir::node, N> specialise(const std::array<ir::node, N>& generic, const
         n.desc.shape = r.out;
         break;
       }
+      case node_kind::spatial: {
+        const dims b = n.n_inputs == 2 ? in(1) : dims{};
+        const auto r = fusebox::detail::spatial_shape(n.desc.win, in(0), b);
+        if (r.error != fusebox::detail::spatial_ok)
+          throw shape_error(fusebox::detail::spatial_error_text(n.desc.win, in(0), b, r.error), std::source_location{});
+        // A symbol names one extent; an output height is another, which the guard knows nothing of.
+        for (std::size_t d = 1; d < 4; ++d)
+          if (!is_known_extent(r.out.extent[d]))
+            throw shape_error(std::string(n.desc.name) + ": operand " + to_string(in(0)) +
+                                  (n.n_inputs == 2 ? ", " + to_string(b) : std::string()) +
+                                  ": on the run-time path only the batch (dimension 0) of conv2d and pooling may "
+                                  "vary; give channels, height and width static extents",
+                              std::source_location{});
+        n.desc.shape = r.out;
+        break;
+      }
       case node_kind::view:
         if (n.desc.view_a >= 0) {
           dims s = in(0);
           std::swap(s.extent[n.desc.view_a], s.extent[n.desc.view_b]);
+          n.desc.shape = s;
+        } else if (n.desc.axis >= 0) {  // slice: the input's extents but the kept range's on `axis`
+          dims s = in(0);
+          const std::size_t a = static_cast<std::size_t>(n.desc.axis), end = n.desc.view_start + n.desc.shape.extent[a];
+          if (end > s.extent[a]) ops::throw_slice_out_of_range(s, a, n.desc.view_start, end);
+          s.extent[a] = n.desc.shape.extent[a];
           n.desc.shape = s;
         }
         break;
@@ -86,6 +110,14 @@ std::string describe_graph(const std::array<ir::node, N>& nodes) {
     for (int q = 0; q < n.n_inputs; ++q) s += (q ? "," : "(") + std::to_string(n.inputs[q]);
     s += n.n_inputs ? ")" : "";
     if (n.desc.kind == node_kind::reduce) s += "@" + std::to_string(n.desc.axis) + (n.desc.keepdim ? "k" : "");
+    if (n.desc.kind == node_kind::spatial) {
+      const window& w = n.desc.win;
+      for (int v : {w.kh, w.kw, w.sh, w.sw, w.ph, w.pw, w.ih, w.iw}) s += "/" + std::to_string(v);
+    }
+    if (n.desc.kind == node_kind::view && n.desc.view_a >= 0)
+      s += "@" + std::to_string(n.desc.view_a) + "," + std::to_string(n.desc.view_b);
+    if (n.desc.kind == node_kind::view && n.desc.axis >= 0)
+      s += "@" + std::to_string(n.desc.axis) + "+" + std::to_string(n.desc.view_start);
     s += ";";
   }
   return s;

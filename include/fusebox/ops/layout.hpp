@@ -1,7 +1,10 @@
-// ops/layout.hpp: views: transpose and reshape. On a tensor they return a tensor view at once; in a
-// captured model they are view nodes, which move no data (the planner makes sure their input is
-// in memory, and the consumers read it through the new strides).
-// Derivatives at the end: the gradient of a view is the inverse view of the gradient.
+// ops/layout.hpp: views: transpose, reshape and slice. On a tensor they return a tensor view at
+// once; in a captured model they are view nodes, which move no data (the planner makes sure their
+// input is in memory, and the consumers read it through the new strides). A packed projection is
+// the use that matters: `slice<1, 0, 768>(qkv)` then `reshape<[B, T, H, E]>` is the query heads of
+// a [tokens, 3·768] product, read where the product wrote them, as torch's `split` + `view`.
+// Derivatives at the end: the gradient of a view is the inverse view of the gradient; a slice has
+// none yet (its gradient is a padded tensor, an op the library does not have).
 // Depends on: ops/operand.hpp, autodiff/rule.hpp.
 #pragma once
 
@@ -13,11 +16,27 @@
 namespace fusebox {
 namespace ops {
 
+[[noreturn]] inline void throw_not_a_view(const dims& from, const dims& to) {
+  throw invalid_argument("reshape in a compiled model: its input " + to_string(from) + " is a view whose strides cannot "
+                         "be read as " + to_string(to) + " (it would split or merge dimensions that are not "
+                         "contiguous with each other); reshape before the transpose or slice, or pass a "
+                         "contiguous tensor (tensor::clone())");
+}
+
+[[noreturn]] inline void throw_slice_out_of_range(const dims& in, std::size_t axis, std::size_t begin, std::size_t end) {
+  throw shape_error("slice<" + std::to_string(axis) + ", " + std::to_string(begin) + ", " + std::to_string(end) +
+                        "> in a compiled model: the input is " + to_string(in) + ", dimension " + std::to_string(axis) +
+                        " has " + std::to_string(in.extent[axis]) + " elements",
+                    std::source_location{});
+}
+
 /// Swaps dimensions A and B.
 template <std::size_t A, std::size_t B>
 struct transpose_view {
   static constexpr const char* name = "transpose";
   static constexpr int swapped_a = static_cast<int>(A), swapped_b = static_cast<int>(B);
+  static constexpr int sliced_axis = -1;
+  static constexpr std::size_t slice_start = 0;
   static constexpr dims shape(dims d) {
     std::swap(d.extent[A], d.extent[B]);
     return d;
@@ -30,19 +49,41 @@ struct transpose_view {
   }
 };
 
-/// Same elements in a new shape; the input must be contiguous (the planner's buffers are).
+/// Same elements in a new shape, viewed: the input's strides must allow it (view_strides, torch.view's
+/// rule; the planner's buffers are contiguous, so only a view of a view can fail).
 template <class S>
 struct reshape_view {
   static constexpr const char* name = "reshape";
   static constexpr int swapped_a = -1, swapped_b = -1;
+  static constexpr int sliced_axis = -1;
+  static constexpr std::size_t slice_start = 0;
   static constexpr dims shape(dims) { return dims_of(S{}); }
   template <class T>
   static strided<T> apply(strided<T> s) {
-    if (!s.contiguous())
-      throw invalid_argument("reshape in a compiled model: the input " + to_string(s.shape) +
-                             " is not contiguous; pass a contiguous tensor (tensor::clone())");
     const dims d = dims_of(S{});
-    return strided<T>{s.data, d, contiguous_strides(d)};
+    strides_t st{};
+    if (!view_strides(s.shape, s.stride, d, st)) throw_not_a_view(s.shape, d);
+    return strided<T>{s.data, d, st};
+  }
+};
+
+/// Elements [Begin, End) of dimension A, as tensor::slice<A, Begin, End>().
+template <std::size_t A, std::size_t Begin, std::size_t End>
+struct slice_view {
+  static constexpr const char* name = "slice";
+  static constexpr int swapped_a = -1, swapped_b = -1;
+  static constexpr int sliced_axis = static_cast<int>(A);
+  static constexpr std::size_t slice_start = Begin;
+  static constexpr dims shape(dims d) {
+    d.extent[A] = End - Begin;
+    return d;
+  }
+  template <class T>
+  static strided<T> apply(strided<T> s) {
+    if (End > s.shape.extent[A]) throw_slice_out_of_range(s.shape, A, Begin, End);
+    if (s.data) s.data += static_cast<std::ptrdiff_t>(Begin) * s.stride[A];
+    s.shape.extent[A] = End - Begin;
+    return s;
   }
 };
 
@@ -71,6 +112,21 @@ auto reshape(const X& x, std::source_location loc = std::source_location::curren
     static_assert(static_check::reshape_size_mismatch<shape_of_t<X>, S, shape_of_t<X>::size == S::size>::value);
     static_assert(S::is_static, "fusebox: reshape<S>(x) in a model needs a static shape S");
     return view_node<ops::reshape_view<S>, X>{{}, x};
+  }
+}
+
+/// Elements [Begin, End) of dimension Axis, a view (as torch.narrow, or one part of torch.split).
+/// Static bounds; a dyn extent of Axis is checked when the model runs.
+template <std::size_t Axis, std::size_t Begin, std::size_t End, array_operand X>
+auto slice(const X& x) {
+  if constexpr (is_tensor_v<X>) {
+    return x.template slice<Axis, Begin, End>();
+  } else {
+    using S = shape_of_t<X>;
+    static_assert(Axis < S::rank, "fusebox: slice<Axis, Begin, End>(x): Axis must be a dimension of x");
+    static_assert(static_check::slice_out_of_range<S, Axis, Begin, End,
+                                                   Begin < End && (S::extents[Axis] == dyn || End <= S::extents[Axis])>::value);
+    return view_node<ops::slice_view<Axis, Begin, End>, X>{{}, x};
   }
 }
 
