@@ -43,13 +43,15 @@ struct spatial_shape_result {
   int error = spatial_ok;
 };
 
-/// (in + 2 pad - k) / s + 1; -1 when the window does not fit. dyn when `in` is not a number:
-/// a symbol (jit/specialize.hpp) names one extent, and the output's is another.
+/// Does a window of k fit the input padded by pad on both sides? (An unknown extent may.)
+constexpr bool window_fits(std::size_t in, int k, int pad) {
+  return !is_known_extent(in) || in + 2 * static_cast<std::size_t>(pad) >= static_cast<std::size_t>(k);
+}
+/// (in + 2 pad - k) / s + 1 for a window that fits; dyn when `in` is not a number: a symbol
+/// (jit/specialize.hpp) names one extent, and the output's is another.
 constexpr std::size_t window_out(std::size_t in, int k, int s, int pad) {
   if (!is_known_extent(in)) return dyn;
-  const std::size_t padded = in + 2 * static_cast<std::size_t>(pad);
-  if (padded < static_cast<std::size_t>(k)) return static_cast<std::size_t>(-1);
-  return (padded - static_cast<std::size_t>(k)) / static_cast<std::size_t>(s) + 1;
+  return (in + 2 * static_cast<std::size_t>(pad) - static_cast<std::size_t>(k)) / static_cast<std::size_t>(s) + 1;
 }
 
 constexpr spatial_shape_result spatial_shape(const window& w, const dims& a, const dims& b = dims{}) {
@@ -64,7 +66,6 @@ constexpr spatial_shape_result spatial_shape(const window& w, const dims& a, con
     r.error = spatial_bad_window;
     return r;
   }
-  const std::size_t bad = static_cast<std::size_t>(-1);
   // The window: from the weight for conv2d and its input gradient, else from the params.
   const bool from_weight = w.op == spatial_op::conv2d || w.op == spatial_op::conv2d_input_grad;
   const std::size_t kh = from_weight ? b.extent[2] : static_cast<std::size_t>(w.kh);
@@ -82,9 +83,10 @@ constexpr spatial_shape_result spatial_shape(const window& w, const dims& a, con
     return r;
   }
   auto out_hw = [&](std::size_t h, std::size_t wd, std::size_t& oh, std::size_t& ow) {
+    if (!window_fits(h, ikh, w.ph) || !window_fits(wd, ikw, w.pw)) return false;
     oh = window_out(h, ikh, w.sh, w.ph);
     ow = window_out(wd, ikw, w.sw, w.pw);
-    return oh != bad && ow != bad;
+    return true;
   };
   std::size_t oh = 0, ow = 0;
   switch (w.op) {

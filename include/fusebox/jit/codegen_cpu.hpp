@@ -49,7 +49,8 @@ class cpu_codegen {
     switch (k_.kind) {
       case plan::kernel_kind::rows: return finish(rows());
       case plan::kernel_kind::reduce_cols: return finish(reduce_cols());
-      case plan::kernel_kind::matmul: return finish(epilogue());
+      case plan::kernel_kind::matmul:
+      case plan::kernel_kind::spatial: return finish(epilogue());
       default: return {};
     }
   }
@@ -251,7 +252,8 @@ class cpu_codegen {
     std::string s = signature("std::size_t row, std::size_t j0, std::size_t n");
     s += prologue();
     s += "  {\n" + coordinates("row") + pointers() + out + "  }\n}\n";
-    summary_ = "matmul epilogue over " + to_string(k_.space);
+    summary_ = std::string(k_.kind == plan::kernel_kind::matmul ? "matmul" : nodes_[k_.node].desc.name) +
+               " epilogue over " + to_string(k_.space);
     return s;
   }
 

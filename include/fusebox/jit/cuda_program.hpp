@@ -191,6 +191,8 @@ struct cuda_program {
         case plan::kernel_kind::opaque:
           throw invalid_argument("fusebox: a graph break (opaque user function or item()) in a model compiled for "
                                  "the CUDA backend; the CUDA backend runs whole graphs only");
+        case plan::kernel_kind::spatial:  // refused when the program is built (jit/dynamic.hpp)
+          throw invalid_argument("fusebox: conv2d and pooling have no CUDA kernel yet");
       }
       if (timing) timed.back().stop.record(on);
     }

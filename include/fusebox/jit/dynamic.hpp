@@ -164,6 +164,10 @@ class dynamic_function {
         s += "gemm " + to_string(p.nodes[p.nodes[kn.node].inputs[0]].desc.shape) + " x " +
              to_string(p.nodes[p.nodes[kn.node].inputs[1]].desc.shape) + " on the host" +
              (ops.empty() ? "" : ", generated epilogue(" + ops + ")");
+      else if (kn.kind == plan::kernel_kind::spatial)
+        s += std::string(p.nodes[kn.node].desc.name) + " " + to_string(p.nodes[p.nodes[kn.node].inputs[0]].desc.shape) +
+             " -> " + to_string(p.nodes[kn.node].desc.shape) + " on the host" +
+             (ops.empty() ? "" : ", generated epilogue(" + ops + ")");
       else if (kn.kind == plan::kernel_kind::opaque) s += "opaque (user function: graph break), on the host";
       else if (kn.kind == plan::kernel_kind::copy) s += "copy, on the host";
       else if (kn.kind == plan::kernel_kind::attention)
@@ -225,7 +229,7 @@ class dynamic_function {
 
   static bool generated(const plan::kernel& kn) {
     return kn.kind == plan::kernel_kind::rows || kn.kind == plan::kernel_kind::reduce_cols ||
-           (kn.kind == plan::kernel_kind::matmul && kn.group >= 0);
+           ((kn.kind == plan::kernel_kind::matmul || kn.kind == plan::kernel_kind::spatial) && kn.group >= 0);
   }
 
   /// Specialise, plan and render the program of one guard.
@@ -273,6 +277,9 @@ class dynamic_function {
     std::vector<int> which;
     for (int k = 0; k < p->plan.n_kernels; ++k) {
       const plan::kernel& kn = p->plan.kernels[k];
+      if (kn.kind == plan::kernel_kind::spatial)
+        throw invalid_argument(std::string("fusebox: ") + p->nodes[kn.node].desc.name +
+                               " has no CUDA kernel yet: conv2d and pooling run on the CPU backend only");
       if (kn.kind == plan::kernel_kind::attention) {
         const ir::node& n = p->nodes[kn.node];
         rs.push_back(render_cuda_attention(n, p->nodes[n.inputs[0]], p->nodes[n.inputs[2]], p->storage));
