@@ -220,6 +220,13 @@ constexpr void assign_arena(plan_t<N>& p, const std::array<ir::node, N>& nodes, 
       if (ki > last_use[src]) last_use[src] = ki;
     }
   }
+  // A copy kernel (an output that is a view, e.g. a transposed weight's gradient) reads the
+  // view's source: keep that buffer until the copy ran, or a later kernel may reuse its bytes.
+  for (int ki = 0; ki < p.n_kernels; ++ki)
+    if (p.kernels[ki].kind == kernel_kind::copy) {
+      const int src = source(p.kernels[ki].node);
+      if (ki > last_use[src]) last_use[src] = ki;
+    }
   struct block {
     std::size_t begin, end;
     int free_after;
