@@ -132,10 +132,29 @@ auto slice(const X& x) {
 
 // ---- derivatives (autodiff/rule.hpp): G the incoming gradient, Y the view node ----
 namespace autodiff {
+namespace sym {
+template <class A, class B>
+struct matmul;
+}
+namespace detail {
+// The gradient through transpose(w), in general a transposed view of G. When G is a rank-2 product
+// P Q (w read as transpose(w) by a matmul: a Linear weight stored [out, in]), it is Q^T P^T
+// instead: the same values written by one GEMM in w's own layout, where a view would be copied
+// element by element into the [out, in] gradient afterwards.
+template <std::size_t A, std::size_t B, class G>
+struct transpose_vjp {
+  using type = view_node<ops::transpose_view<A, B>, G>;
+};
+template <class P, class Q>
+  requires(sym::matmul<P, Q>::desc.shape.rank == 2)
+struct transpose_vjp<0, 1, sym::matmul<P, Q>> {
+  using type = matmul_node<transposed<Q>, transposed<P>>;
+};
+}  // namespace detail
 template <std::size_t A, std::size_t B>
 struct derivative<ops::transpose_view<A, B>> {
   template <std::size_t I, class G, class Y, class Ctx>
-  using vjp = view_node<ops::transpose_view<A, B>, exact<G, Y>>;
+  using vjp = typename detail::transpose_vjp<A, B, exact<G, Y>>::type;
 };
 template <class S>
 struct derivative<ops::reshape_view<S>> {
