@@ -515,7 +515,13 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "bench_gpu: %s (%s, %d SMs)\n", devinfo.name.c_str(), devinfo.arch.c_str(), devinfo.sm_count);
   const limits lim = measure_limits(quick);
 
-  for (bool fast_math : {false, true}) {  // W1: elementwise, x [8192, 8192]
+  // W1 and W2 in four configurations: default mode faithful and with fast_math, and max_autotune
+  // (launch configurations timed per kernel) with each.
+  const std::pair<bool, bool> w12_configs[] = {{false, false}, {true, false}, {false, true}, {true, true}};
+  auto w12_mode = [](bool fast_math, bool tune) {
+    return std::string(tune ? "max_autotune" : "jit") + (fast_math ? "_fast_math" : "");
+  };
+  for (const auto [fast_math, tune] : w12_configs) {  // W1: elementwise, x [8192, 8192]
     if (!want("W1")) break;
     constexpr std::size_t R = 8192, C = 8192;
     fb::tensor<float, fb::shape<fb::dyn, C>> x(R);
@@ -525,7 +531,8 @@ int main(int argc, char** argv) {
     b.fill_random(3);
     const fb::cuda::tensor<float, fb::shape<fb::dyn, C>> dx(x);
     const dev<C> dw(w), db(b);
-    auto fast = fb::compile(w1, fb::options{.fast_math = fast_math});
+    auto fast = fb::compile(w1, fb::options{.mode = tune ? fb::mode::max_autotune : fb::mode::default_,
+                                            .fast_math = fast_math});
     const auto t0 = std::chrono::steady_clock::now();
     auto y = fast(dx, dw, db);
     fb::cuda::synchronize();
@@ -539,7 +546,7 @@ int main(int argc, char** argv) {
         ref.push_back(gelu(u) / (1.0 + std::exp(-xv)));
         got.push_back(yh.flat(i * C + j));
       }
-    bench::record r{"W1", "fusebox", fast_math ? "jit_fast_math" : "jit"};
+    bench::record r{"W1", "fusebox", w12_mode(fast_math, tune)};
     r.set(t);
     r.bytes = 2.0 * R * C * 4;
     r.floor_us = r.bytes / (lim.gbps * 1e9) * 1e6;
@@ -549,7 +556,7 @@ int main(int argc, char** argv) {
     r.note = fmt("%.0f GB/s (%.0f%% of copy); CUDA events per call", r.gbps, 100 * r.gbps / lim.gbps);
     add(r);
   }
-  for (bool fast_math : {false, true}) {  // W2: softmax + layer_norm, x [16384, 4096]
+  for (const auto [fast_math, tune] : w12_configs) {  // W2: softmax + layer_norm, x [16384, 4096]
     if (!want("W2")) break;
     constexpr std::size_t R = 16384, C = 4096;
     fb::tensor<float, fb::shape<fb::dyn, C>> x(R);
@@ -559,7 +566,8 @@ int main(int argc, char** argv) {
     b.fill_random(6);
     const fb::cuda::tensor<float, fb::shape<fb::dyn, C>> dx(x);
     const dev<C> dg(g), db(b);
-    auto fast = fb::compile(w2, fb::options{.fast_math = fast_math});
+    auto fast = fb::compile(w2, fb::options{.mode = tune ? fb::mode::max_autotune : fb::mode::default_,
+                                            .fast_math = fast_math});
     const auto t0 = std::chrono::steady_clock::now();
     auto y = fast(dx, dg, db);
     fb::cuda::synchronize();
@@ -581,7 +589,7 @@ int main(int argc, char** argv) {
         got.push_back(yh.flat(i * C + j));
       }
     }
-    bench::record r{"W2", "fusebox", fast_math ? "jit_fast_math" : "jit"};
+    bench::record r{"W2", "fusebox", w12_mode(fast_math, tune)};
     r.set(t);
     r.bytes = 2.0 * R * C * 4;
     r.floor_us = r.bytes / (lim.gbps * 1e9) * 1e6;

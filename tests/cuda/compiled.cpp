@@ -313,6 +313,39 @@ TEST_CASE("CUDA: max_autotune times cuBLASLt's candidates once per problem, then
   CHECK(tuner.timed() + tuner.from_disk() == tuned0 + 1);
 }
 
+TEST_CASE("CUDA: max_autotune times the launch configurations of a generated kernel once per kernel and shape",
+          "[cuda][autotune]") {
+  FUSEBOX_REQUIRE_GPU();
+  constexpr std::size_t C = 328;  // a width no other case uses: a kernel the tuner has not seen
+  fb::tensor<float, fb::shape<fb::dyn, C>> x(70);
+  fb::tensor<float, fb::shape<C>> w, b;
+  x.fill_random(64, -4.0f, 4.0f);
+  w.fill_random(65, 0.5f, 1.5f);
+  b.fill_random(66);
+  const fb::cuda::tensor<float, fb::shape<fb::dyn, C>> dx(x);
+  const fb::cuda::tensor<float, fb::shape<C>> dw(w), db(b);
+  std::vector<double> r(x.size());
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    const double xv = x.flat(i), u = xv * w.flat(i % C) + b.flat(i % C);
+    r[i] = gelu(u) / (1.0 + std::exp(-xv));
+  }
+  auto& tuner = fb::jit::kernel_tuner::instance();
+  const auto chosen0 = tuner.timed() + tuner.from_disk();
+  auto tuned = fb::compile(w1, fb::options{.mode = fb::mode::max_autotune});
+  const auto plain = fb::compile(w1)(dx, dw, db).to_host();
+  for (int call = 0; call < 3; ++call) {
+    INFO("call " << call);
+    const auto y = tuned(dx, dw, db).to_host();
+    CHECK(worst(y, r) < 3e-5);
+    CHECK(same_bits(y, plain));  // an elementwise kernel computes each element alike under any launch
+  }
+  CHECK(tuner.timed() + tuner.from_disk() == chosen0 + 1);  // one kernel and shape, chosen once
+  // Another function with the same kernel and shape takes the choice already made.
+  auto again = fb::compile(w1, fb::options{.mode = fb::mode::max_autotune});
+  CHECK(same_bits(again(dx, dw, db).to_host(), plain));
+  CHECK(tuner.timed() + tuner.from_disk() == chosen0 + 1);
+}
+
 TEST_CASE("CUDA: fast_math compiles its own kernels (NVRTC --use_fast_math) and stays close to the reference",
           "[cuda][fast_math]") {
   FUSEBOX_REQUIRE_GPU();

@@ -1,4 +1,6 @@
-// jit/cuda_autotune.hpp: `mode::max_autotune` for the products: per GEMM problem, cuBLASLt's
+// jit/cuda_autotune.hpp: `mode::max_autotune`. Two tuners, one pattern.
+//
+// lt_tuner, for the products: per GEMM problem, cuBLASLt's
 // heuristic offers up to `candidates` algorithms (best first by its own model); each is timed on
 // the call's own buffers (2 warm-up runs, then 5 between CUDA events, mean) and the fastest is
 // kept. The heuristic's first choice is what default mode runs, so tuning can only win or tie.
@@ -9,6 +11,14 @@
 // stream, so it never runs while a stream is being captured: the first call of each shape in
 // max_autotune runs outside a graph (jit/cuda_program.hpp), and the recording after it finds
 // every winner known.
+//
+// kernel_tuner, for the generated kernels: per kernel (its source digest), index space and the
+// entries the call's alignment allows, the launch configurations jit/cuda_program.hpp offers
+// (entry: 32, 16 or one element's bytes a thread; threads per block; blocks per SM the grid is
+// capped at) are timed the same way and the fastest is kept, in memory and on disk as its three
+// numbers. The default configuration is the first candidate, so tuning only wins or ties. A
+// kernel that writes memory it also reads (a matmul epilogue in place) is not timed: repeating
+// it would change its input.
 // Depends on: cuda/{cublaslt,memory}.hpp, jit/{cache_key,disk_cache,logs}.hpp.
 #pragma once
 
@@ -114,6 +124,85 @@ class lt_tuner {
 
   std::mutex mutex_;
   std::map<std::string, cuda::lt_algorithm> winners_;
+  disk_cache disk_;
+  std::size_t timed_ = 0, from_disk_ = 0;
+};
+
+/// How a generated kernel is launched: which entry (2: `_w`, 1: the vector entry, 0: `_v1`),
+/// threads per block, and the most blocks per SM its grid may have (grid-stride loops cover the
+/// rest).
+struct kernel_launch {
+  int entry = 1;
+  unsigned threads = 256;
+  unsigned blocks_per_sm = 32;
+  bool operator==(const kernel_launch&) const = default;
+};
+
+class kernel_tuner {
+ public:
+  static kernel_tuner& instance() {
+    static kernel_tuner* t = new kernel_tuner;  // never destroyed, like lt_tuner
+    return *t;
+  }
+
+  /// The configuration for `problem` (kernel digest, space, allowed entries): a known winner, or,
+  /// if `may_time`, the fastest of `candidates` (the first is the default) timed with `run(c, n)`,
+  /// which queues n launches of configuration c on `on`; otherwise the first candidate.
+  template <class Run>
+  kernel_launch choose(const std::string& problem, const std::vector<kernel_launch>& candidates, bool may_time,
+                       cuda::CUstream on, Run&& run) {
+    std::lock_guard lock(mutex_);
+    if (auto it = winners_.find(problem); it != winners_.end()) return it->second;
+    const cache_key key = key_for(problem);
+    kernel_launch stored;
+    if (auto blob = disk_.enabled() ? disk_.lookup_blob(key) : std::nullopt;
+        blob && std::sscanf(blob->c_str(), "%d %u %u", &stored.entry, &stored.threads, &stored.blocks_per_sm) == 3 &&
+        std::find(candidates.begin(), candidates.end(), stored) != candidates.end()) {
+      ++from_disk_;
+      return winners_.emplace(problem, stored).first->second;
+    }
+    if (!may_time || candidates.size() < 2) return candidates.front();
+    cuda::event start, stop;
+    std::vector<float> ms(candidates.size());
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      run(candidates[i], 2);
+      start.record(on);
+      run(candidates[i], 5);
+      stop.record(on);
+      stop.sync();
+      ms[i] = cuda::elapsed_ms(start, stop) / 5;
+    }
+    const std::size_t best = static_cast<std::size_t>(std::min_element(ms.begin(), ms.end()) - ms.begin());
+    ++timed_;
+    const kernel_launch& w = candidates[best];
+    if (disk_.enabled())
+      disk_.store_blob(key, std::to_string(w.entry) + " " + std::to_string(w.threads) + " " + std::to_string(w.blocks_per_sm));
+    if (enabled(log_category::autotune))
+      log(log_category::autotune, problem + ": " + std::to_string(candidates.size()) + " launch configurations timed; " +
+                                      "default " + std::to_string(ms[0] * 1e3f) + " us, chose entry " +
+                                      std::to_string(w.entry) + ", " + std::to_string(w.threads) + " threads, " +
+                                      std::to_string(w.blocks_per_sm) + " blocks/SM: " + std::to_string(ms[best] * 1e3f) +
+                                      " us");
+    return winners_.emplace(problem, w).first->second;
+  }
+
+  std::size_t timed() const { return timed_; }
+  std::size_t from_disk() const { return from_disk_; }
+
+ private:
+  static cache_key key_for(const std::string& problem) {
+    const cuda::device_info& dev = cuda::current_device();
+    cache_key key;
+    key.add("fusebox", version_string)
+        .add("what", "generated kernel launch choice")
+        .add("gpu", dev.name)
+        .add("arch", dev.arch)
+        .add("problem", problem);
+    return key;
+  }
+
+  std::mutex mutex_;
+  std::map<std::string, kernel_launch> winners_;
   disk_cache disk_;
   std::size_t timed_ = 0, from_disk_ = 0;
 };

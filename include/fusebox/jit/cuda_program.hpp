@@ -90,7 +90,7 @@ struct cuda_program {
     if (bind(f, p, concrete, rt)) rt.graphs.clear();  // the arena moved: every graph points into the old one
     key.binding.push_back(rt.arena.get());
     if (rt.autotune && rt.tuned.insert(key.shape).second) {
-      enqueue(f, p, concrete, rt.stream.get(), true);
+      enqueue(f, p, concrete, rt.stream.get(), true, false, true);  // outside a graph: it may time candidates
       return;
     }
     if (!rt.lt_ready) {
@@ -151,7 +151,7 @@ struct cuda_program {
   /// max_autotune's algorithm choice; `timing` (never while capturing a graph): each step's device
   /// time becomes a profile span, waiting for the call's work.
   void enqueue(const cpu::frame<T, N>& f, const plan::plan_t<N>& p, const std::array<ir::node, N>& concrete,
-               cuda::CUstream on, bool tune, bool timing = false) const {
+               cuda::CUstream on, bool tune, bool timing = false, bool may_time = false) const {
     const cuda::device_info& dev = cuda::current_device();
     // profile::device_timing(): events around each step, read once the call's work is done.
     struct timed_step {
@@ -172,11 +172,11 @@ struct cuda_program {
       const int repeats = timing ? profile::device_timing_repeats().load(std::memory_order_relaxed) : 1;
       for (int rep = 0; rep < repeats; ++rep) switch (kn.kind) {
         case plan::kernel_kind::rows:
-        case plan::kernel_kind::reduce_cols: launch(f, p, concrete, k, kn, dev, on); break;
+        case plan::kernel_kind::reduce_cols: launch(f, p, concrete, k, kn, dev, on, tune, may_time); break;
         case plan::kernel_kind::matmul: {
           const lt_fusion fused = lt_epilogue_of(f, p, kn);  // residual, bias, activation: in cuBLASLt
           run_matmul(f, concrete, kn, on, tune, fused);
-          if (kn.group >= 0 && !fused.whole) launch(f, p, concrete, k, kn, dev, on);
+          if (kn.group >= 0 && !fused.whole) launch(f, p, concrete, k, kn, dev, on, tune, may_time);
           break;
         }
         case plan::kernel_kind::copy: copy(f.loc[kn.node], f.copy_to[kn.node], on); break;
@@ -257,8 +257,71 @@ struct cuda_program {
     return true;
   }
 
+  /// Grid and block of configuration c for kernel kn over `space` (v elements a thread).
+  static std::pair<cuda::dim3, cuda::dim3> geometry(const plan::kernel& kn, const rendered_cuda_kernel& rk,
+                                                    const std::array<ir::node, N>& nodes_, const dims& space,
+                                                    std::size_t v, const kernel_launch& c, const cuda::device_info& dev) {
+    const std::size_t width = space.back(0), rows = space.size() / std::max<std::size_t>(width, 1);
+    const std::size_t max_blocks = static_cast<std::size_t>(dev.sm_count) * c.blocks_per_sm;
+    cuda::dim3 grid, block;
+    block.x = c.threads;
+    if (kn.kind == plan::kernel_kind::reduce_cols) {  // a thread per output element, grid-stride
+      const std::size_t axis = static_cast<std::size_t>(nodes_[kn.node].desc.axis);
+      const std::size_t outputs = space.size() / std::max<std::size_t>(space.extent[axis], 1);
+      grid.x = static_cast<unsigned>(std::max<std::size_t>(1, std::min((outputs + c.threads - 1) / c.threads, max_blocks)));
+    } else if (rk.block_per_row) {
+      grid.x = static_cast<unsigned>(std::min(rows, max_blocks));
+    } else {
+      const std::size_t total = rows * (width / v);
+      grid.x = static_cast<unsigned>(std::max<std::size_t>(1, std::min((total + c.threads - 1) / c.threads, max_blocks)));
+    }
+    return {grid, block};
+  }
+
+  /// The launch configurations of kernel k for this call: the default first (the widest entry
+  /// the alignment allows, 256 threads, or for a block per row the smallest power of two giving
+  /// each thread about four chunks; 32 blocks per SM), then what max_autotune also tries.
+  std::vector<kernel_launch> launch_candidates(const plan::kernel& kn, const rendered_cuda_kernel& rk, bool vector,
+                                               bool wide, std::size_t vec, const dims& space) const {
+    const int best_entry = wide ? 2 : vector ? 1 : 0;
+    kernel_launch d{best_entry, 256, 32};
+    std::vector<unsigned> threads{128, 256, 512, 1024};
+    if (rk.block_per_row) {
+      const std::size_t v = best_entry == 2 ? 2 * vec : best_entry == 1 ? vec : 1;
+      const std::size_t chunks = (space.back(0) + v - 1) / v;
+      unsigned t = 32;
+      while (t < 1024 && t * 4 < chunks) t *= 2;
+      d.threads = rk.block_threads ? rk.block_threads : t;
+      if (rk.block_threads) threads = {rk.block_threads};  // a row-cached kernel is written for its block
+      else threads = {32, 64, 128, 256, 512, 1024};
+    }
+    std::vector<kernel_launch> out{d};
+    const bool elementwise = kn.kind == plan::kernel_kind::rows && !rk.block_per_row;
+    for (int e = best_entry; e >= (elementwise ? std::max(best_entry - 1, 0) : best_entry); --e)
+      for (unsigned t : threads)
+        for (unsigned per_sm : {4u, 8u, 16u, 32u}) {
+          const kernel_launch c{e, t, per_sm};
+          if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+        }
+    return out;
+  }
+
+  /// Whether kernel k reads memory it writes (a matmul epilogue applied in place): timing it
+  /// repeatedly would change its input.
+  bool in_place(const cpu::frame<T, N>& f, const plan::plan_t<N>& p, int k, const plan::kernel& kn) const {
+    const rendered_cuda_kernel& rk = kernels[k];
+    for (int w : rk.locals) {
+      if (!(p.kernel_of[w] == k && p.materialised[w]) && !(kn.kind == plan::kernel_kind::matmul && w == kn.node))
+        continue;
+      for (int r : rk.locals)
+        if (r != w && f.loc[r].data && f.loc[r].data == f.loc[w].data) return true;
+    }
+    return kn.kind == plan::kernel_kind::matmul;  // the product is read and overwritten where it lies
+  }
+
   void launch(const cpu::frame<T, N>& f, const plan::plan_t<N>& p, const std::array<ir::node, N>& concrete, int k,
-              const plan::kernel& kn, const cuda::device_info& dev, cuda::CUstream on) const {
+              const plan::kernel& kn, const cuda::device_info& dev, cuda::CUstream on, bool tune = false,
+              bool may_time = false) const {
     const dims space = host::space_for(p, concrete, kn);
     if (space.size() == 0) return;
     std::vector<unsigned char> params = pack(f, p, concrete, k, kn, space);
@@ -268,29 +331,25 @@ struct cuda_program {
     const bool vector = kn.kind != plan::kernel_kind::reduce_cols && vector_ok(f, k, space, vec);
     // Elementwise kernels take 32 bytes a thread where rows allow (two loads in flight per operand).
     const bool wide = vector && !rk.block_per_row && vector_ok(f, k, space, 2 * vec);
-    const std::size_t v = wide ? 2 * vec : vector ? vec : 1;
-    const std::size_t width = space.back(0), rows = space.size() / std::max<std::size_t>(width, 1);
-    const std::size_t max_blocks = static_cast<std::size_t>(dev.sm_count) * 32;
-    cuda::dim3 grid, block;
-    if (kn.kind == plan::kernel_kind::reduce_cols) {  // a thread per output element, grid-stride
-      const std::size_t axis = static_cast<std::size_t>(nodes[kn.node].desc.axis);
-      const std::size_t outputs = space.size() / std::max<std::size_t>(space.extent[axis], 1);
-      block.x = 256;
-      grid.x = static_cast<unsigned>(std::max<std::size_t>(1, std::min((outputs + 255) / 256, max_blocks)));
-    } else if (rk.block_per_row) {
-      const std::size_t chunks = (width + v - 1) / v;
-      unsigned threads = 32;
-      while (threads < 1024 && threads * 4 < chunks) threads *= 2;
-      block.x = rk.block_threads ? rk.block_threads : threads;  // a row-cached kernel is written for its block
-      grid.x = static_cast<unsigned>(std::min(rows, max_blocks));
-    } else {
-      const std::size_t total = rows * (width / v);
-      block.x = 256;
-      grid.x = static_cast<unsigned>(std::max<std::size_t>(1, std::min((total + 255) / 256, max_blocks)));
+    const std::vector<kernel_launch> candidates = launch_candidates(kn, rk, vector, wide, vec, space);
+    auto queue = [&](const kernel_launch& c, int times) {
+      const std::size_t v = c.entry == 2 ? 2 * vec : c.entry == 1 ? vec : 1;
+      const auto [grid, block] = geometry(kn, rk, nodes, space, v, c, dev);
+      const cuda::CUfunction fn = c.entry == 2 ? wide_entry[k] : c.entry == 1 ? vector_entry[k] : scalar_entry[k];
+      for (int i = 0; i < times; ++i) cuda::launch(fn, grid, block, 0, on, args, rk.summary);
+    };
+    kernel_launch use = candidates.front();
+    if (tune && !in_place(f, p, k, kn)) {
+      std::string problem = kernel_digest(k) + " over " + to_string(space) + " entries " +
+                            (wide ? "w" : "") + (vector ? "v" : "") + "1";
+      use = kernel_tuner::instance().choose(problem, candidates, may_time, on, queue);
     }
     profile::scoped_span span(rk.summary, "kernel");
-    cuda::launch(wide ? wide_entry[k] : vector ? vector_entry[k] : scalar_entry[k], grid, block, 0, on, args, rk.summary);
+    queue(use, 1);
   }
+
+  /// A kernel's identity for the tuner: its source's digest (the unit's entry name).
+  std::string kernel_digest(int k) const { return "fbk_" + sha256_hex(kernels[k].source).substr(0, 20); }
 
   static cuda::lt_type lt_type_of(dtype t) {
     return t == dtype::bf16 ? cuda::lt_type::bf16 : t == dtype::f16 ? cuda::lt_type::f16 : cuda::lt_type::f32;
