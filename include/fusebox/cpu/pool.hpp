@@ -105,9 +105,37 @@ void pool2d_forward(const window& win, const strided<T>& x, const strided<T>& y,
   const detail::pool_geometry g = detail::pool_geometry_of(win, x.shape, y.shape);
   const bool is_max = win.op == spatial_op::max_pool2d;
   const T inv_area = T(1) / static_cast<T>(g.kh * g.kw);
+  // Without padding every window lies inside the plane (floor mode): an output row is then a
+  // sequence of row-long passes, one per window element in row-major order, over contiguous
+  // accumulators the compiler vectorises. Each output still sees its candidates in row-major
+  // order, so the maximum (first wins, NaN wins) is the one the general loop below picks.
+  constexpr std::size_t row_cap = 1024;
+  const bool interior = g.ph == 0 && g.pw == 0 && g.ow <= row_cap;
   detail::over_planes(g.planes, g.h * g.w, pool, [&](std::size_t p) {
     const auto xp = detail::plane_of(x, p, g.c);
     T* out = y.data + p * g.oh * g.ow;
+    if (interior) {
+      for (std::size_t i = 0; i < g.oh; ++i) {
+        T* acc = out + i * g.ow;
+        for (std::size_t j = 0; j < g.ow; ++j) acc[j] = is_max ? -std::numeric_limits<T>::infinity() : T(0);
+        for (int u = 0; u < g.kh; ++u)
+          for (int v = 0; v < g.kw; ++v) {
+            const T* src = xp.base + (static_cast<std::ptrdiff_t>(i) * g.sh + u) * xp.s2 + v * xp.s3;
+            const std::ptrdiff_t step = g.sw * xp.s3;
+            if (is_max)
+              for (std::size_t j = 0; j < g.ow; ++j) {
+                const T c = src[static_cast<std::ptrdiff_t>(j) * step];
+                acc[j] = (c > acc[j] || c != c) ? c : acc[j];
+              }
+            else
+              for (std::size_t j = 0; j < g.ow; ++j) acc[j] += src[static_cast<std::ptrdiff_t>(j) * step];
+          }
+        if (!is_max)
+          for (std::size_t j = 0; j < g.ow; ++j) acc[j] *= inv_area;
+        epilogue(p * g.oh + i, 0, g.ow);
+      }
+      return;
+    }
     for (std::size_t i = 0; i < g.oh; ++i) {
       for (std::size_t j = 0; j < g.ow; ++j) {
         if (is_max) {

@@ -1,0 +1,142 @@
+// bench/conv.cpp: T2's convolution layers (BENCHMARKS.md: the Fashion-MNIST CNN) on the CPU at
+// batch 128, fusebox compiled against libtorch eager where the peer is built:
+//   T2_conv1  max_pool2d(relu(conv2d(x [128,1,28,28], w [32,1,5,5], b)), 2) -> [128,32,12,12]
+//   T2_conv2  max_pool2d(relu(conv2d(x [128,32,12,12], w [64,32,5,5], b)), 2) -> [128,64,4,4]
+// (padding 0: T2's flattened features are then the 1024 inputs of its linear layer;
+// examples/fashion_cnn.hpp)
+// each as a forward and as a training step (forward + gradients of x, w and b of sum(y * r): fusebox
+// compile(value_and_grad(...)), libtorch autograd). fusebox runs the block as two kernels (conv with
+// bias + relu as its epilogue, then the pool); the training step's plan is printed with --explain.
+//   bench_conv [--threads=1,2] [--out=results.jsonl] [--explain]
+// Prints one JSON object per measurement (bench/harness.hpp), then a table.
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <fusebox/fusebox.hpp>
+
+#include "harness.hpp"
+#include "peers/torch_conv.hpp"
+
+namespace fb = fusebox;
+using namespace fusebox::bench;
+
+namespace {
+
+template <class T>
+void fill(T& t, std::uint64_t seed, float lo, float hi) {
+  fill_uniform(t.data(), t.size(), seed, lo, hi);
+}
+
+double max_rel_diff(const float* a, const float* b, std::size_t n) {
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+struct row {
+  std::string workload, system, mode;
+  unsigned threads;
+  timing t;
+  double gflops, err;
+};
+
+template <std::size_t C, std::size_t H, std::size_t O>
+void block(const char* name, unsigned threads, bool explain, const std::string& out, std::vector<row>& rows) {
+  constexpr std::size_t N = 128, K = 5;
+  fb::tensor<float, fb::shape<N, C, H, H>> x;
+  fb::tensor<float, fb::shape<O, C, K, K>> w;
+  fb::tensor<float, fb::shape<O>> b;
+  constexpr std::size_t OH = H - K + 1;  // padding 0
+  fb::tensor<float, fb::shape<N, O, OH / 2, OH / 2>> r;
+  fill(x, 1, 0.f, 1.f);
+  fill(w, 2, -0.2f, 0.2f);
+  fill(b, 3, -0.1f, 0.1f);
+  fill(r, 4, -1.f, 1.f);
+  const double conv_flops = 2.0 * N * O * OH * OH * C * K * K;
+  auto forward = [](const auto& xx, const auto& ww, const auto& bb) {
+    return fb::max_pool2d<2>(fb::relu(fb::conv2d<1, 0>(xx, ww, bb)));
+  };
+  auto loss = [](const auto& xx, const auto& ww, const auto& bb, const auto& rr) {
+    return fb::sum(fb::sum(fb::sum(fb::sum(fb::max_pool2d<2>(fb::relu(fb::conv2d<1, 0>(xx, ww, bb))) * rr))));
+  };
+  auto fwd = fb::compile(forward, {.threads = threads});
+  auto step = fb::compile(fb::value_and_grad(loss, fb::wrt<0, 1, 2>), {.threads = threads});
+  if (explain && threads == 2) {
+    std::printf("%s forward:\n", name);
+    fb::explain(forward, x, w, b);
+    std::printf("%s training step:\n%s", name, step.describe(x, w, b, r).c_str());
+  }
+  auto y = fwd(x, w, b);
+  std::vector<float> peer_y(y.size());
+  std::string cfg;
+  conv_block_problem prob{x.data(), w.data(), b.data(), static_cast<int>(N), static_cast<int>(C), static_cast<int>(H),
+                          static_cast<int>(H), static_cast<int>(O), static_cast<int>(K), 0, peer_y.data()};
+  const auto torch_fwd = torch_conv_block(prob, threads, cfg);
+  double err = -1;
+  if (torch_fwd) {
+    torch_fwd();
+    err = max_rel_diff(y.data(), peer_y.data(), y.size());
+  }
+  const auto emit_row = [&](const std::string& wl, const std::string& sys, const std::string& mode, const timing& t,
+                            double flops, double e, const std::string& config) {
+    record rec;
+    rec.workload = wl, rec.system = sys, rec.mode = mode, rec.threads = threads, rec.config = config;
+    rec.set(t);
+    rec.flops = flops;
+    rec.gflops = flops / t.median_us * 1e-3;
+    rec.max_rel_err = e;
+    emit(rec, out);
+    rows.push_back({wl, sys, mode, threads, t, rec.gflops, e});
+  };
+  emit_row(std::string(name), "fusebox", "compiled", measure([&] { y = fwd(x, w, b); }), conv_flops, err,
+           "static shapes; conv2d + epilogue(bias, relu), max_pool2d");
+  if (torch_fwd) emit_row(std::string(name), "libtorch", "eager", measure(torch_fwd), conv_flops, err, cfg);
+  // Training step: 3 convolutions' worth of flops (forward, input grad, weight grad).
+  auto vg = step(x, w, b, r);
+  emit_row(std::string(name) + "_train", "fusebox", "compiled", measure([&] { vg = step(x, w, b, r); }), 3 * conv_flops,
+           -1, "value_and_grad wrt x, w, b");
+  std::string tcfg;
+  const auto torch_step = torch_conv_block_train(prob, r.data(), threads, tcfg);
+  if (torch_step) emit_row(std::string(name) + "_train", "libtorch", "eager", measure(torch_step), 3 * conv_flops, -1, tcfg);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<unsigned> threads{1, 2};
+  std::string out;
+  bool explain = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--threads=", 0) == 0) {
+      threads.clear();
+      for (std::size_t p = 10; p < a.size();) {
+        const std::size_t q = a.find(',', p);
+        threads.push_back(static_cast<unsigned>(std::stoul(a.substr(p, q - p))));
+        p = q == std::string::npos ? a.size() : q + 1;
+      }
+    } else if (a.rfind("--out=", 0) == 0) {
+      out = a.substr(6);
+    } else if (a == "--explain") {
+      explain = true;
+    } else {
+      std::fprintf(stderr, "usage: bench_conv [--threads=1,2] [--out=results.jsonl] [--explain]\n");
+      return 2;
+    }
+  }
+  std::vector<row> rows;
+  for (const unsigned t : threads) {
+    block<1, 28, 32>("T2_conv1", t, explain, out, rows);
+    block<32, 12, 64>("T2_conv2", t, explain, out, rows);
+  }
+  table tab({"workload", "system", "mode", "threads", "median us", "p10 us", "p90 us", "GFLOP/s", "max rel diff"});
+  for (const row& r : rows)
+    tab.add({r.workload, r.system, r.mode, std::to_string(r.threads), fmt("%.0f", r.t.median_us), fmt("%.0f", r.t.p10_us),
+             fmt("%.0f", r.t.p90_us), fmt("%.1f", r.gflops), r.err < 0 ? std::string("") : fmt("%.1e", r.err)});
+  tab.print();
+}
