@@ -1,4 +1,4 @@
-// train_fashion_mnist: BENCHMARKS.md's T1 on the CPU: an MLP 784 -> 256 -> 128 -> 10 (ReLU) trained
+// train_fashion_mnist: BENCHMARKS.md's T1 (and T2 with --model cnn) on the CPU. T1: an MLP 784 -> 256 -> 128 -> 10 (ReLU) trained
 // with AdamW (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay 0.01: torch's defaults), batch 128,
 // cross-entropy, 10 epochs, on Fashion-MNIST from Debian's dataset-fashion-mnist package. Prints per
 // epoch the mean training loss, the test accuracy and the seconds the epoch's training took (and
@@ -12,11 +12,10 @@
 // partial batch dropped so every step has the compiled batch size). The test pass is a compiled
 // eval-mode forward at batch 500.
 //
-// --model selects the network: `mlp` is T1. `cnn` is the hook for T2 (conv 5x5 32, ReLU, max-pool 2,
-// conv 5x5 64, ReLU, max-pool 2, linear 1024 -> 10): add a `models::cnn` below with the same three
-// members as `models::mlp` (the network type, its input shape per batch, its name) once conv2d and
-// max_pool2d modules exist in nn/; the loop takes it unchanged (the loader's [B, 784] batch is
-// reshaped to the model's input shape as a view).
+// --model selects the network: `mlp` is T1; `cnn` is T2 (conv 5x5 32, ReLU, max-pool 2, conv 5x5 64,
+// ReLU, max-pool 2, linear 1024 -> 10: examples/fashion_cnn.hpp). A model is a struct with three
+// members (the network type, its input shape per batch, its name); the loop takes any such model
+// unchanged (the loader's [B, 784] batch is reshaped to the model's input shape as a view).
 //
 // Exit codes: 0 done (and --min-accuracy met), 1 accuracy below --min-accuracy, 2 bad arguments,
 // 77 data set not installed (CTest's skip code).
@@ -33,6 +32,8 @@
 #include <fusebox/data/progress.hpp>
 #include <fusebox/fusebox.hpp>
 #include <fusebox/nn/nn.hpp>
+
+#include "fashion_cnn.hpp"
 
 namespace fb = fusebox;
 namespace nn = fusebox::nn;
@@ -100,9 +101,10 @@ int train(const options& opt, fb::data::fashion_mnist& data) {
   fb::data::loader<const fb::data::image_set&, collate> batches(
       data.train, {.batch_size = batch, .shuffle = true, .drop_last = true, .seed = opt.seed});
   fb::data::progress_bar bar(train_n / batch * batch);
-  std::printf("T1 Fashion-MNIST, model %s (%zu parameters), AdamW lr 1e-3 wd 0.01, batch %zu, %zu train / %zu test "
+  const char* workload = std::string(Model::name) == "cnn" ? "T2" : "T1";
+  std::printf("%s Fashion-MNIST, model %s (%zu parameters), AdamW lr 1e-3 wd 0.01, batch %zu, %zu train / %zu test "
               "samples, %u thread(s)\n",
-              Model::name, params.numel(), batch, train_n, test_n, fb::default_threads());
+              workload, Model::name, params.numel(), batch, train_n, test_n, fb::default_threads());
   std::printf("%5s  %10s  %9s  %9s  %8s\n", "epoch", "train loss", "test acc", "train s", "test s");
 
   std::vector<double> epoch_seconds;
@@ -140,18 +142,18 @@ int train(const options& opt, fb::data::fashion_mnist& data) {
     accuracy = test_n ? static_cast<double>(correct) / static_cast<double>(test_n) : 0;
     const double mean_loss = steps ? loss_sum / static_cast<double>(steps) : 0;
     std::printf("%5d  %10.4f  %8.2f%%  %9.2f  %8.2f\n", epoch + 1, mean_loss, 100 * accuracy, train_s, test_s);
-    std::printf("{\"workload\":\"T1\",\"system\":\"fusebox\",\"mode\":\"compiled\",\"threads\":%u,\"epoch\":%d,"
+    std::printf("{\"workload\":\"%s\",\"system\":\"fusebox\",\"mode\":\"compiled\",\"threads\":%u,\"epoch\":%d,"
                 "\"seconds\":%.4f,\"test_seconds\":%.4f,\"loss\":%.6f,\"accuracy\":%.4f}\n",
-                fb::default_threads(), epoch + 1, train_s, test_s, mean_loss, accuracy);
+                workload, fb::default_threads(), epoch + 1, train_s, test_s, mean_loss, accuracy);
     std::fflush(stdout);
   }
   // Median of the epochs after the first (the first pays for first-touch allocations).
   std::vector<double> later(epoch_seconds.begin() + (epoch_seconds.size() > 1 ? 1 : 0), epoch_seconds.end());
   std::sort(later.begin(), later.end());
   const double median = later.empty() ? 0 : later[later.size() / 2];
-  std::printf("{\"workload\":\"T1\",\"system\":\"fusebox\",\"mode\":\"compiled\",\"threads\":%u,\"epochs\":%d,"
+  std::printf("{\"workload\":\"%s\",\"system\":\"fusebox\",\"mode\":\"compiled\",\"threads\":%u,\"epochs\":%d,"
               "\"median_epoch_s\":%.4f,\"accuracy\":%.4f}\n",
-              fb::default_threads(), opt.epochs, median, accuracy);
+              workload, fb::default_threads(), opt.epochs, median, accuracy);
   if (!opt.save.empty()) {
     fb::io::save_safetensors(opt.save, params);
     std::printf("parameters saved to %s\n", opt.save.c_str());
@@ -209,8 +211,6 @@ int main(int argc, char** argv) {
   keep(data.test, opt.test_subset);
 
   if (opt.model == "mlp") return train<models::mlp>(opt, data);
-  if (opt.model == "cnn")
-    return usage("--model cnn (T2) is not available yet: it needs conv2d and max_pool2d modules in nn/ (see the "
-                 "comment at the top of examples/train_fashion_mnist.cpp)");
+  if (opt.model == "cnn") return train<fb::examples::fashion_cnn_model>(opt, data);
   return usage(("unknown model '" + opt.model + "' (mlp, cnn)").c_str());
 }
