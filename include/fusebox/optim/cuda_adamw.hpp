@@ -1,0 +1,175 @@
+// optim/cuda_adamw.hpp: AdamW's fused update on the GPU: the same per-element formulas as
+// optim/adamw.hpp (torch's, see there), one NVRTC kernel, one launch per step over a chunk table
+// of every parameter (a block per chunk of at most `chunk_elements` elements), queued on
+// cuda::work_stream() like every compiled call.
+//
+//   fb::optim::cuda_adamw opt({fb::optim::device_parameter("0.weight", w), ...}, {.lr = 1e-3});
+//   opt.step(std::tie(dw, ...));          // device gradients (cuda::tensor<float, S>), same order
+//
+// Parameters are float32 cuda::tensors, updated in place; the moments live in one device buffer.
+// Scalars (lr, bias corrections) are kernel arguments computed in double on the host, so
+// schedules change numbers, never code; the kernel is compiled once per process and device
+// architecture (`--fmad=false`, so a*b+c rounds as the host loop's separate multiply and add).
+// amsgrad is not in the kernel yet (refused by name). The source is `cuda_adamw_source()`, which CI
+// compiles with NVRTC without a GPU (tests/cuda/optim.cpp).
+// Not yet reachable from training: grad() computes gradients on the host only.
+// Depends on: optim/adamw.hpp (options, checks), cuda/{tensor,memory,module,nvrtc}.hpp.
+#pragma once
+
+#include <cmath>
+#include <source_location>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "fusebox/cuda/memory.hpp"
+#include "fusebox/cuda/module.hpp"
+#include "fusebox/cuda/nvrtc.hpp"
+#include "fusebox/cuda/tensor.hpp"
+#include "fusebox/optim/adamw.hpp"
+
+namespace fusebox::optim {
+
+/// The kernel: blockIdx.x is the chunk, threads stride over its elements.
+inline std::string cuda_adamw_source() {
+  return R"(// fusebox: fused AdamW (optim/cuda_adamw.hpp)
+struct fusebox_adamw_chunk {
+  float* p;
+  const float* g;
+  float* m;
+  float* v;
+  unsigned long long n;
+};
+extern "C" __global__ void fusebox_adamw_f32(const fusebox_adamw_chunk* chunks, float decay, float b1,
+                                             float one_minus_b1, float b2, float one_minus_b2,
+                                             float step_size, float bc2_sqrt, float eps, float sign) {
+  const fusebox_adamw_chunk c = chunks[blockIdx.x];
+  for (unsigned long long i = threadIdx.x; i < c.n; i += blockDim.x) {
+    const float g = sign * c.g[i];
+    const float p = c.p[i] * decay;
+    const float m = c.m[i] * b1 + g * one_minus_b1;
+    const float v = c.v[i] * b2 + g * g * one_minus_b2;
+    const float denom = sqrtf(v) / bc2_sqrt + eps;
+    c.p[i] = p - step_size * (m / denom);
+    c.m[i] = m;
+    c.v[i] = v;
+  }
+}
+)";
+}
+
+/// A device parameter for cuda_adamw: a name and a float32 cuda::tensor's memory.
+template <class S>
+nn::named_parameter<float> device_parameter(std::string name, cuda::tensor<float, S>& t) {
+  return {std::move(name), t.data(), t.extents()};
+}
+
+class cuda_adamw {
+ public:
+  cuda_adamw(std::vector<nn::named_parameter<float>> params, const adamw_options& o = {})
+      : params_(std::move(params)), options_(o) {
+    detail::require(o.lr >= 0, "cuda_adamw", "learning rate", o.lr, "lr >= 0");
+    detail::require(o.eps >= 0, "cuda_adamw", "epsilon value", o.eps, "eps >= 0");
+    detail::require(o.beta1 >= 0 && o.beta1 < 1, "cuda_adamw", "beta parameter at index 0", o.beta1, "0 <= beta1 < 1");
+    detail::require(o.beta2 >= 0 && o.beta2 < 1, "cuda_adamw", "beta parameter at index 1", o.beta2, "0 <= beta2 < 1");
+    detail::require(o.weight_decay >= 0, "cuda_adamw", "weight_decay value", o.weight_decay, "weight_decay >= 0");
+    if (o.amsgrad) throw invalid_argument("fusebox::optim::cuda_adamw: amsgrad is not in the CUDA kernel yet");
+    if (params_.empty()) throw invalid_argument("fusebox::optim::cuda_adamw: no parameters");
+    std::size_t total = 0;
+    for (const auto& p : params_) {
+      offset_.push_back(total);
+      total += detail::round_up(p.size(), 64);  // 256-byte-aligned moments
+    }
+    moments_ = cuda::device_buffer(2 * total * sizeof(float));
+    cuda::fill_bytes(moments_.get(), 0, moments_.size());
+    total_ = total;
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      for (std::size_t b = 0; b < params_[i].size(); b += chunk_elements)
+        chunks_.push_back({static_cast<std::uint32_t>(i), 0, b, std::min(params_[i].size(), b + chunk_elements)});
+    table_ = cuda::device_buffer(chunks_.size() * sizeof(device_chunk));
+  }
+
+  adamw_options& options() noexcept { return options_; }
+  std::uint64_t steps() const noexcept { return step_; }
+
+  /// One update from device gradients (a cuda::tensor or a std::tuple of them, in order).
+  template <class G>
+  void step(const G& grads, std::source_location loc = std::source_location::current()) {
+    std::vector<nn::gradient_view<float>> g;
+    if constexpr (cuda::is_tensor_v<G>) {
+      g.push_back({grads.data(), grads.extents(), true});
+    } else {
+      std::apply([&](const auto&... t) { (g.push_back({t.data(), t.extents(), true}), ...); }, grads);
+    }
+    if (g.size() != params_.size())
+      throw shape_error("fusebox::optim::cuda_adamw::step: " + std::to_string(g.size()) + " gradients for " +
+                            std::to_string(params_.size()) + " parameters",
+                        loc);
+    for (std::size_t i = 0; i < g.size(); ++i)
+      if (!(g[i].shape == params_[i].shape))
+        throw shape_error("fusebox::optim::cuda_adamw::step: gradient " + std::to_string(i) + " is " +
+                              to_string(g[i].shape) + " but parameter " + std::to_string(i) + " ('" + params_[i].name +
+                              "') is " + to_string(params_[i].shape),
+                          loc);
+    host_table_.clear();
+    const auto m0 = moments_.get();
+    for (const auto& c : chunks_) {
+      const std::size_t i = c.param;
+      host_table_.push_back({reinterpret_cast<std::uint64_t>(params_[i].data + c.begin),
+                             reinterpret_cast<std::uint64_t>(g[i].data + c.begin),
+                             m0 + (offset_[i] + c.begin) * sizeof(float),
+                             m0 + (total_ + offset_[i] + c.begin) * sizeof(float), c.end - c.begin});
+    }
+    auto& stream = cuda::work_stream();
+    cuda::copy_to_device_async(table_.get(), host_table_.data(), host_table_.size() * sizeof(device_chunk), stream.get());
+    const auto& o = options_;
+    const double t = static_cast<double>(++step_);
+    const double bc1 = 1 - std::pow(o.beta1, t), bc2 = 1 - std::pow(o.beta2, t);
+    cuda::CUdeviceptr table = table_.get();
+    float decay = static_cast<float>(1 - o.lr * o.weight_decay), b1 = static_cast<float>(o.beta1),
+          omb1 = static_cast<float>(1 - o.beta1), b2 = static_cast<float>(o.beta2), omb2 = static_cast<float>(1 - o.beta2),
+          step_size = static_cast<float>(o.lr / bc1), bc2_sqrt = static_cast<float>(std::sqrt(bc2)),
+          eps = static_cast<float>(o.eps), sign = o.maximize ? -1.0f : 1.0f;
+    void* args[] = {&table, &decay, &b1, &omb1, &b2, &omb2, &step_size, &bc2_sqrt, &eps, &sign};
+    cuda::launch(kernel(), {static_cast<unsigned>(chunks_.size()), 1, 1}, {256, 1, 1}, 0, stream.get(), args,
+                 "fusebox_adamw_f32");
+  }
+
+  /// exp_avg (k = 0) or exp_avg_sq (k = 1) of parameter i, downloaded.
+  std::vector<float> moment(std::size_t k, std::size_t i) const {
+    cuda::synchronize();
+    std::vector<float> out(params_.at(i).size());
+    cuda::copy_to_host(out.data(), moments_.get() + (k * total_ + offset_[i]) * sizeof(float), out.size() * sizeof(float));
+    return out;
+  }
+
+ private:
+  struct device_chunk {
+    std::uint64_t p, g;
+    cuda::CUdeviceptr m, v;
+    std::uint64_t n;
+  };
+  static_assert(sizeof(device_chunk) == 40, "device_chunk must match fusebox_adamw_chunk's layout");
+
+  static cuda::CUfunction kernel() {
+    // One module per process (and device: fusebox uses one device per process).
+    static const cuda::module m = [] {
+      const auto r = cuda::nvrtc_compile(cuda_adamw_source(), "fusebox_adamw.cu", cuda::current_device().arch,
+                                         {"--fmad=false"});
+      return cuda::module(r.cubin, "fusebox_adamw");
+    }();
+    static const cuda::CUfunction f = m.function("fusebox_adamw_f32");
+    return f;
+  }
+
+  std::vector<nn::named_parameter<float>> params_;
+  adamw_options options_;
+  std::vector<std::size_t> offset_;
+  std::size_t total_ = 0;
+  std::vector<detail::chunk> chunks_;
+  std::vector<device_chunk> host_table_;
+  cuda::device_buffer moments_, table_;
+  std::uint64_t step_ = 0;
+};
+
+}  // namespace fusebox::optim
