@@ -270,6 +270,18 @@ TEST_CASE("optim: wrong gradients and invalid hyperparameters are clear errors")
   CHECK_THROWS_WITH(fb::optim::sgd(list, {.lr = 0.1, .nesterov = true}), Catch::Contains("nesterov"));
   CHECK_THROWS_WITH(fb::optim::adamw(list, {.beta2 = 1.0}), Catch::Contains("beta parameter at index 1"));
   CHECK_THROWS_WITH(list.add("layer.bias", p.b), Catch::Contains("'layer.bias' is used twice"));
+  // A group added after a step would lose the state: refused. An invalid lr set later (a schedule
+  // gone wrong) is refused at the step, before any parameter or step count changes.
+  fb::optim::adamw stepped(list, {.lr = 1e-3});
+  stepped.step(std::tie(std::get<0>(g), std::get<1>(g)));
+  fb::nn::parameter_list<float> more;
+  more.add("c", p.c);
+  CHECK_THROWS_WITH(stepped.add_param_group(more, {}), Catch::Contains("after a step"));
+  stepped.param_group(0).options.lr = -0.5;
+  const auto before = p.a.clone();
+  CHECK_THROWS_WITH(stepped.step(std::tie(std::get<0>(g), std::get<1>(g))), Catch::Contains("invalid learning rate"));
+  CHECK(stepped.param_group(0).step == 1);
+  fbt::check_identical(p.a, before, "parameters after a refused step");
   fb::nn::parameter_list<float> empty;
   CHECK_THROWS_WITH(fb::optim::adamw(empty), Catch::Contains("no parameters"));
 }

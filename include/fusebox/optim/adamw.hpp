@@ -55,8 +55,8 @@ class adamw : public detail::multi_tensor<T, adamw_options, 3> {
       bool amsgrad, maximize;
     };
     std::vector<scalars> s;
+    for (const auto& g : this->groups_) validate(g.options);  // all before any state changes
     for (auto& g : this->groups_) {
-      validate(g.options);
       const auto& o = g.options;
       const double t = static_cast<double>(++g.step);
       const double bc1 = 1 - std::pow(o.beta1, t), bc2 = 1 - std::pow(o.beta2, t);

@@ -90,6 +90,10 @@ class multi_tensor {
   void add_group(const nn::parameter_list<T>& params, const Options& o) {
     if (params.size() == 0)
       throw invalid_argument(std::string("fusebox::optim::") + name_ + ": a parameter group with no parameters");
+    for (const auto& g : groups_)
+      if (g.step > 0)
+        throw invalid_argument(std::string("fusebox::optim::") + name_ +
+                               ": add_param_group after a step would reset the optimizer state; add every group first");
     groups_.push_back({params, o, 0, o.lr});
     const auto g = static_cast<std::uint32_t>(groups_.size() - 1);
     for (const auto& p : params) {
@@ -100,7 +104,7 @@ class multi_tensor {
       total_ += round_up(p.size(), storage_alignment / sizeof(T));
       for (std::size_t b = 0; b < p.size(); b += chunk_elements) chunks_.push_back({i, g, b, std::min(p.size(), b + chunk_elements)});
     }
-    // State buffers are reallocated (zeroed) when a group is added before the first step.
+    // State buffers are reallocated (zeroed) when a group is added (only before the first step).
     for (std::size_t k = 0; k < States; ++k) {
       state_[k] = allocate_storage(total_ * sizeof(T));
       std::fill_n(reinterpret_cast<T*>(state_[k].get()), total_, T(0));

@@ -47,8 +47,8 @@ class sgd : public detail::multi_tensor<T, sgd_options, 1> {
       bool first, nesterov, maximize;
     };
     std::vector<scalars> s;
+    for (const auto& g : this->groups_) validate(g.options);  // all before any state changes
     for (auto& g : this->groups_) {
-      validate(g.options);
       const auto& o = g.options;
       s.push_back({T(o.lr), T(o.momentum), T(1 - o.dampening), T(o.weight_decay), g.step++ == 0, o.nesterov,
                    o.maximize});
