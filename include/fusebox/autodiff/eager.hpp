@@ -85,6 +85,29 @@ struct eager_node<T, sym::attention<Q, K, V, Causal>, Values, Nodes> {
     return evaluate(e, fusebox::detail::eager_runtime());
   }
 };
+template <class T, int Part, bool Causal, class Q, class K, class V, class O, class G, class Values, class Nodes>
+struct eager_node<T, sym::attention_backward<Part, Causal, Q, K, V, O, G>, Values, Nodes> {
+  template <class Inputs>
+  static auto run(const Values& values, const Inputs&) {
+    const attention_backward_node<Part, Causal, leaf_of<T, Q>, leaf_of<T, K>, leaf_of<T, V>, leaf_of<T, O>,
+                                  leaf_of<T, G>>
+        e{{},
+          {{}, operand_value<T, Q, Values, Nodes>(values).view()},
+          {{}, operand_value<T, K, Values, Nodes>(values).view()},
+          {{}, operand_value<T, V, Values, Nodes>(values).view()},
+          {{}, operand_value<T, O, Values, Nodes>(values).view()},
+          {{}, operand_value<T, G, Values, Nodes>(values).view()}};
+    return evaluate(e, fusebox::detail::eager_runtime());
+  }
+};
+template <class T, std::size_t Axis, std::size_t Begin, std::size_t Total, class G, class Values, class Nodes>
+struct eager_node<T, sym::pad<Axis, Begin, Total, G>, Values, Nodes> {
+  template <class Inputs>
+  static auto run(const Values& values, const Inputs&) {
+    const pad_node<Axis, Begin, Total, leaf_of<T, G>> e{{}, {{}, operand_value<T, G, Values, Nodes>(values).view()}};
+    return evaluate(e, fusebox::detail::eager_runtime());
+  }
+};
 template <class T, class Op, class... A, class Values, class Nodes>
 struct eager_node<T, sym::spatial<Op, A...>, Values, Nodes> {
   template <class Inputs>

@@ -20,6 +20,7 @@
 
 #include <cstddef>
 
+#include "fusebox/expr/grad_nodes.hpp"
 #include "fusebox/expr/node.hpp"
 #include "fusebox/expr/spatial.hpp"
 #include "fusebox/meta/type_list.hpp"
@@ -98,6 +99,27 @@ struct spatial : expr_base {
   static constexpr bool symbolic = (A::symbolic || ...), fullgraph = (A::fullgraph || ...);
 };
 
+template <int Part, bool Causal, class Q, class K, class V, class O, class G>
+struct attention_backward : expr_base {
+  using value_type = typename Q::value_type;
+  using children = meta::type_list<Q, K, V, O, G>;
+  static constexpr bool causal = Causal;
+  static constexpr node_desc desc =
+      fusebox::attention_backward_node<Part, Causal, detail::stand_in<Q>, detail::stand_in<K>, detail::stand_in<V>,
+                                       detail::stand_in<O>, detail::stand_in<G>>::desc;
+  static constexpr bool has_payload = false;
+  static constexpr bool symbolic = Q::symbolic || K::symbolic || V::symbolic || O::symbolic || G::symbolic;
+  static constexpr bool fullgraph = Q::fullgraph || K::fullgraph || V::fullgraph || O::fullgraph || G::fullgraph;
+};
+
+template <std::size_t Axis, std::size_t Begin, std::size_t Total, class G>
+struct pad : expr_base {
+  using value_type = typename G::value_type;
+  using children = meta::type_list<G>;
+  static constexpr node_desc desc = fusebox::pad_node<Axis, Begin, Total, detail::stand_in<G>>::desc;
+  static constexpr bool has_payload = G::has_payload, symbolic = G::symbolic, fullgraph = G::fullgraph;
+};
+
 }  // namespace sym
 
 namespace detail {
@@ -128,6 +150,15 @@ struct to_sym<spatial_node<Op, A...>> {
 template <class Q, class K, class V, bool Causal>
 struct to_sym<attention_node<Q, K, V, Causal>> {
   using type = sym::attention<typename to_sym<Q>::type, typename to_sym<K>::type, typename to_sym<V>::type, Causal>;
+};
+template <int Part, bool Causal, class Q, class K, class V, class O, class G>
+struct to_sym<attention_backward_node<Part, Causal, Q, K, V, O, G>> {
+  using type = sym::attention_backward<Part, Causal, typename to_sym<Q>::type, typename to_sym<K>::type,
+                                       typename to_sym<V>::type, typename to_sym<O>::type, typename to_sym<G>::type>;
+};
+template <std::size_t Axis, std::size_t Begin, std::size_t Total, class G>
+struct to_sym<pad_node<Axis, Begin, Total, G>> {
+  using type = sym::pad<Axis, Begin, Total, typename to_sym<G>::type>;
 };
 }  // namespace detail
 

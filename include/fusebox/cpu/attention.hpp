@@ -63,4 +63,148 @@ void attention(const strided<T>& q, const strided<T>& k, const strided<T>& v, co
   });
 }
 
+namespace detail {
+template <class T>
+const T* attention_row(const strided<T>& x, std::size_t b, std::size_t t, std::size_t h) {
+  return x.data + static_cast<std::ptrdiff_t>(b) * x.stride[0] + static_cast<std::ptrdiff_t>(t) * x.stride[1] +
+         static_cast<std::ptrdiff_t>(h) * x.stride[2];
+}
+template <class A, class T>
+A attention_dot(const T* a, std::ptrdiff_t as, const T* b, std::ptrdiff_t bs, std::size_t n) {
+  A s = 0;
+  if (as == 1 && bs == 1)
+    for (std::size_t e = 0; e < n; ++e) s += static_cast<A>(a[e]) * static_cast<A>(b[e]);
+  else
+    for (std::size_t e = 0; e < n; ++e)
+      s += static_cast<A>(a[static_cast<std::ptrdiff_t>(e) * as]) * static_cast<A>(b[static_cast<std::ptrdiff_t>(e) * bs]);
+  return s;
+}
+template <class A, class T>
+void attention_axpy(A* acc, A p, const T* x, std::ptrdiff_t xs, std::size_t n) {
+  if (xs == 1)
+    for (std::size_t e = 0; e < n; ++e) acc[e] += p * static_cast<A>(x[e]);
+  else
+    for (std::size_t e = 0; e < n; ++e) acc[e] += p * static_cast<A>(x[static_cast<std::ptrdiff_t>(e) * xs]);
+}
+/// Accumulators of n elements: on the stack up to 256, else on the heap.
+template <class A>
+struct attention_scratch {
+  A stack[256];
+  std::vector<A> heap;
+  A* get(std::size_t n) {
+    if (n <= 256) return stack;
+    heap.resize(n);
+    return heap.data();
+  }
+};
+}  // namespace detail
+
+/// Part 1: dq [B, Tq, H, E]; part 2: dk | dv [B, Tk, H, E + Ev], of o = attention(q, k, v, causal)
+/// at the gradient g (shaped like o). See the header comment.
+template <class T>
+void attention_backward(const strided<T>& q, const strided<T>& k, const strided<T>& v, const strided<T>& o,
+                        const strided<T>& g, const strided<T>& out, int part, bool causal, thread_pool& pool) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  using detail::attention_row;
+  const std::size_t B = q.shape[0], Tq = q.shape[1], H = q.shape[2], E = q.shape[3];
+  const std::size_t Tk = k.shape[1], Ev = v.shape[3];
+  const A scale = static_cast<A>(1.0 / std::sqrt(static_cast<double>(E)));
+  const std::ptrdiff_t qs = q.stride[3], ks = k.stride[3], vs = v.stride[3], os = o.stride[3], gs = g.stride[3],
+                       outs = out.stride[3];
+  auto keys_of = [&](std::size_t i) { return causal ? std::min(i + 1, Tk) : Tk; };
+  // L_i (log-sum-exp of the scaled scores) and D_i = g_i · o_i for query row (b, i, h).
+  auto row_stats = [&](std::size_t b, std::size_t i, std::size_t h, A& lse, A& d) {
+    const T* qi = attention_row(q, b, i, h);
+    A m = -INFINITY, l = 0;
+    for (std::size_t j = 0, n = keys_of(i); j < n; ++j) {
+      const A s = scale * detail::attention_dot<A>(qi, qs, attention_row(k, b, j, h), ks, E);
+      if (s > m) {
+        l *= std::exp(m - s);
+        m = s;
+      }
+      l += std::exp(s - m);
+    }
+    lse = m + std::log(l);
+    d = detail::attention_dot<A>(attention_row(g, b, i, h), gs, attention_row(o, b, i, h), os, Ev);
+  };
+  if (part == 1) {
+    pool.parallel_for(B * H * Tq, [&](std::size_t task, unsigned) {
+      const std::size_t i = task % Tq, h = task / Tq % H, b = task / (Tq * H);
+      detail::attention_scratch<A> scratch;
+      A* acc = scratch.get(E);
+      std::fill(acc, acc + E, A{0});
+      A lse, d;
+      row_stats(b, i, h, lse, d);
+      const T *qi = attention_row(q, b, i, h), *gi = attention_row(g, b, i, h);
+      for (std::size_t j = 0, n = keys_of(i); j < n; ++j) {
+        const T* kj = attention_row(k, b, j, h);
+        const A p = std::exp(scale * detail::attention_dot<A>(qi, qs, kj, ks, E) - lse);
+        const A dp = detail::attention_dot<A>(gi, gs, attention_row(v, b, j, h), vs, Ev);
+        detail::attention_axpy(acc, p * (dp - d), kj, ks, E);
+      }
+      T* dq = const_cast<T*>(attention_row(out, b, i, h));
+      for (std::size_t e = 0; e < E; ++e) dq[static_cast<std::ptrdiff_t>(e) * outs] = static_cast<T>(scale * acc[e]);
+    });
+    return;
+  }
+  std::vector<A> stats(2 * B * H * Tq);  // (L, D) per (b, h, i)
+  pool.parallel_for(B * H * Tq, [&](std::size_t task, unsigned) {
+    const std::size_t i = task % Tq, h = task / Tq % H, b = task / (Tq * H);
+    row_stats(b, i, h, stats[2 * task], stats[2 * task + 1]);
+  });
+  pool.parallel_for(B * H * Tk, [&](std::size_t task, unsigned) {
+    const std::size_t j = task % Tk, h = task / Tk % H, b = task / (Tk * H);
+    detail::attention_scratch<A> scratch;
+    A* acc = scratch.get(E + Ev);  // dk then dv
+    std::fill(acc, acc + E + Ev, A{0});
+    const T *kj = attention_row(k, b, j, h), *vj = attention_row(v, b, j, h);
+    const A* st = stats.data() + 2 * (b * H + h) * Tq;
+    for (std::size_t i = causal ? j : 0; i < Tq; ++i) {
+      const T *qi = attention_row(q, b, i, h), *gi = attention_row(g, b, i, h);
+      const A p = std::exp(scale * detail::attention_dot<A>(qi, qs, kj, ks, E) - st[2 * i]);
+      const A dp = detail::attention_dot<A>(gi, gs, vj, vs, Ev);
+      detail::attention_axpy(acc, p * (dp - st[2 * i + 1]), qi, qs, E);
+      detail::attention_axpy(acc + E, p, gi, gs, Ev);
+    }
+    T* dkv = const_cast<T*>(attention_row(out, b, j, h));
+    for (std::size_t e = 0; e < E; ++e) dkv[static_cast<std::ptrdiff_t>(e) * outs] = static_cast<T>(scale * acc[e]);
+    for (std::size_t e = 0; e < Ev; ++e)
+      dkv[static_cast<std::ptrdiff_t>(E + e) * outs] = static_cast<T>(acc[E + e]);
+  });
+}
+
+/// out = g placed at [start, start + g's extent) of dimension `axis`, zeros elsewhere (the
+/// gradient of a slice: expr/grad_nodes.hpp's pad_node). out is contiguous (the planner's buffer);
+/// g is read through its strides. Rows of the last dimension are split over threads.
+template <class T>
+void pad(const strided<T>& g, const strided<T>& out, std::size_t axis, std::size_t start, thread_pool& pool) {
+  const std::size_t r = out.shape.rank, W = out.shape[r - 1];
+  const std::size_t rows = W ? out.size() / W : 0;
+  const std::size_t per = std::max<std::size_t>(1, (std::size_t{1} << 14) / std::max<std::size_t>(W, 1));
+  pool.parallel_for((rows + per - 1) / per, [&](std::size_t task, unsigned) {
+    for (std::size_t row = task * per, end = std::min(rows, row + per); row < end; ++row) {
+      std::ptrdiff_t src = 0, dst = 0;
+      bool inside = true;
+      std::size_t rest = row;
+      for (std::size_t d = r - 1; d-- > 0;) {
+        std::size_t c = rest % out.shape[d];
+        rest /= out.shape[d];
+        dst += static_cast<std::ptrdiff_t>(c) * out.stride[d];
+        if (d == axis) {
+          if (c < start || c >= start + g.shape[d]) inside = false;
+          c -= start;
+        }
+        src += static_cast<std::ptrdiff_t>(c) * g.stride[d];
+      }
+      T* o = out.data + dst;
+      const std::ptrdiff_t os = out.stride[r - 1], gs = g.stride[r - 1];
+      for (std::size_t e = 0; e < W; ++e) {
+        const bool in = inside && (axis != r - 1 || (e >= start && e < start + g.shape[r - 1]));
+        o[static_cast<std::ptrdiff_t>(e) * os] =
+            in ? g.data[src + static_cast<std::ptrdiff_t>(axis == r - 1 ? e - start : e) * gs] : T{0};
+      }
+    }
+  });
+}
+
 }  // namespace fusebox::cpu

@@ -14,6 +14,8 @@
 //   matmul       cpu::gemm, with the epilogue group evaluated on each finished row run of C.
 //   spatial      conv2d, pooling and their gradients (cpu/spatial.hpp), with an epilogue as matmul's.
 //   opaque       the user's function on a tensor view of its input (a graph break).
+//   attention    attention() or one of its gradient kernels (cpu/attention.hpp, by desc.variant).
+//   pad          a slice's gradient: zeros around its operand (cpu/attention.hpp's pad()).
 //   copy         an output that is a leaf or a view.
 // The vector body runs on xsimd batches and the tail on scalars through the same evaluator; inputs
 // with an inner stride other than 0 or 1 take a scalar strided path.
@@ -244,6 +246,9 @@ struct program {
     else if constexpr (kn.kind == plan::kernel_kind::opaque) run_opaque<K>(f);
     else if constexpr (kn.kind == plan::kernel_kind::attention) run_attention<K>(f);
     else if constexpr (kn.kind == plan::kernel_kind::spatial) run_spatial<K>(f);
+    else if constexpr (kn.kind == plan::kernel_kind::pad)
+      cpu::pad(f.loc[nodes[kn.node].inputs[0]], f.loc[kn.node], static_cast<std::size_t>(nodes[kn.node].desc.axis),
+               nodes[kn.node].desc.view_start, *f.pool);
     else run_copy<K>(f);
   }
 
@@ -715,8 +720,13 @@ struct program {
   template <int K>
   static void run_attention(frame_t& f) {
     constexpr int I = plan.kernels[K].node;
-    cpu::attention(f.loc[nodes[I].inputs[0]], f.loc[nodes[I].inputs[1]], f.loc[nodes[I].inputs[2]], f.loc[I],
-                   nodes[I].desc.axis == 1, *f.pool);
+    if constexpr (nodes[I].desc.variant == 0)
+      cpu::attention(f.loc[nodes[I].inputs[0]], f.loc[nodes[I].inputs[1]], f.loc[nodes[I].inputs[2]], f.loc[I],
+                     nodes[I].desc.axis == 1, *f.pool);
+    else
+      cpu::attention_backward(f.loc[nodes[I].inputs[0]], f.loc[nodes[I].inputs[1]], f.loc[nodes[I].inputs[2]],
+                              f.loc[nodes[I].inputs[3]], f.loc[nodes[I].inputs[4]], f.loc[I], nodes[I].desc.variant,
+                              nodes[I].desc.axis == 1, *f.pool);
   }
 
   /// A spatial node (cpu/spatial.hpp); its epilogue group, if any, evaluated on each finished row

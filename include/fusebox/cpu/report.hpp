@@ -122,12 +122,16 @@ std::string describe(unsigned threads) {
     } else if (kn.kind == plan::kernel_kind::attention) {
       const ir::node& n = nodes[kn.node];
       const dims &q = nodes[n.inputs[0]].desc.shape, &kk = nodes[n.inputs[1]].desc.shape, &o = n.desc.shape;
-      ops = n.desc.axis == 1 ? "attention (causal)" : "attention";
+      ops = std::string(n.desc.name) + (n.desc.axis == 1 ? " (causal)" : "");
       const double pairs = static_cast<double>(q[0] * q[1] * q[2] * kk[1]) * (n.desc.axis == 1 ? 0.5 : 1.0);
       flops = 2.0 * pairs * static_cast<double>(q[3] + o[3]);
       for (int in = 0; in < 3; ++in) bytes += nodes[n.inputs[in]].desc.shape.size() * eb;
       bytes += o.size() * eb;
       loop = "online softmax per (batch, head, query) over " + to_string(q) + " x " + to_string(kk) + " -> " + to_string(o);
+    } else if (kn.kind == plan::kernel_kind::pad) {
+      ops = "pad (a slice's gradient)";
+      loop = to_string(nodes[nodes[kn.node].inputs[0]].desc.shape) + " into zeros " + to_string(kn.space);
+      bytes = (nodes[nodes[kn.node].inputs[0]].desc.shape.size() + kn.space.size()) * eb;
     } else {
       ops = "copy";
       loop = "strided copy of " + to_string(kn.space);

@@ -31,11 +31,11 @@
 
 namespace fusebox {
 
-enum class node_kind : std::uint8_t { input, tensor, scalar, pointwise, reduce, matmul, view, opaque, attention, spatial };
+enum class node_kind : std::uint8_t { input, tensor, scalar, pointwise, reduce, matmul, view, opaque, attention, spatial, pad };
 
 constexpr const char* name(node_kind k) {
   constexpr const char* names[] = {"input",  "tensor", "scalar", "pointwise", "reduce",
-                                   "matmul", "view",   "opaque", "attention", "spatial"};
+                                   "matmul", "view",   "opaque", "attention", "spatial", "pad"};
   return names[static_cast<int>(k)];
 }
 
@@ -52,7 +52,8 @@ struct node_desc {
   int view_a = -1, view_b = -1; ///< views: the two swapped dimensions of a transpose; -1 for reshape
   const char* device = "";      ///< pointwise and reduce: the op's CUDA spelling (ops/), "" if it has none
   window win{};                 ///< spatial nodes (conv2d, pooling): op, window, stride, padding (expr/window.hpp)
-  std::size_t view_start = 0;   ///< slice views: the first element kept along `axis`
+  std::size_t view_start = 0;   ///< slice views: the first element kept along `axis`; pad: where the operand starts
+  int variant = 0;              ///< attention: 0 the forward, 1 its dq kernel, 2 its dk|dv kernel (expr/grad_nodes.hpp)
 };
 
 /// An op's CUDA spelling (its `device` member), or "" for an op without one (the CUDA code

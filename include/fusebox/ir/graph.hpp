@@ -20,7 +20,7 @@
 
 namespace fusebox::ir {
 
-inline constexpr int max_inputs = 3;
+inline constexpr int max_inputs = 5;  // attention_backward reads q, k, v, o and the gradient
 /// The most expression copies one graph may lower (graph<...>::expanded_size). The planner is
 /// constexpr and superlinear in the node count: at ~600 copies (3 residual blocks with captured
 /// weights, static shapes) GCC 12 stops at its default constexpr operation limit, at ~2400 (4
@@ -32,7 +32,7 @@ inline constexpr std::size_t max_expanded_nodes = 512;
 
 struct node {
   node_desc desc{};
-  int inputs[max_inputs] = {-1, -1, -1};
+  int inputs[max_inputs] = {-1, -1, -1, -1, -1};
   int n_inputs = 0;
   int payload_slot = -1;      ///< tensor, scalar and opaque nodes: index into the call's payload table
   const void* type = nullptr;  ///< meta::type_tag of the expression type

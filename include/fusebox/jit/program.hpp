@@ -99,8 +99,18 @@ struct program {
           break;
         case plan::kernel_kind::attention: {
           const ir::node& n = nodes[kn.node];
-          cpu::attention(f.loc[n.inputs[0]], f.loc[n.inputs[1]], f.loc[n.inputs[2]], f.loc[kn.node], n.desc.axis == 1,
-                         *rt.pool);
+          if (n.desc.variant == 0)
+            cpu::attention(f.loc[n.inputs[0]], f.loc[n.inputs[1]], f.loc[n.inputs[2]], f.loc[kn.node], n.desc.axis == 1,
+                           *rt.pool);
+          else
+            cpu::attention_backward(f.loc[n.inputs[0]], f.loc[n.inputs[1]], f.loc[n.inputs[2]], f.loc[n.inputs[3]],
+                                    f.loc[n.inputs[4]], f.loc[kn.node], n.desc.variant, n.desc.axis == 1, *rt.pool);
+          break;
+        }
+        case plan::kernel_kind::pad: {
+          const ir::node& n = nodes[kn.node];
+          cpu::pad(f.loc[n.inputs[0]], f.loc[kn.node], static_cast<std::size_t>(n.desc.axis), n.desc.view_start,
+                   *rt.pool);
           break;
         }
       }

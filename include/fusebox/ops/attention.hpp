@@ -10,11 +10,15 @@
 // views. The scale is 1/sqrt(E) as in torch's scaled_dot_product_attention; scale q for another.
 // The scores are never stored: the CUDA backend runs one flash-attention kernel (tensor cores
 // for 16-bit storage), the CPU an online softmax per query row.
-// Depends on: ops/operand.hpp.
+// Derivative: at the end of this file (two gradient kernels, expr/grad_nodes.hpp).
+// Depends on: ops/operand.hpp, ops/layout.hpp, autodiff/rule.hpp, expr/grad_nodes.hpp.
 #pragma once
 
 #include <source_location>
 
+#include "fusebox/autodiff/rule.hpp"
+#include "fusebox/expr/grad_nodes.hpp"
+#include "fusebox/ops/layout.hpp"
 #include "fusebox/ops/operand.hpp"
 
 namespace fusebox {
@@ -56,5 +60,23 @@ template <array_operand Q, array_operand K, array_operand V>
 auto attention(const Q& q, const K& k, const V& v, causal_t, std::source_location loc = std::source_location::current()) {
   return detail::make_attention<true>(q, k, v, loc);
 }
+
+// ---- derivative (autodiff/rule.hpp): G the incoming gradient, Y the attention node ----
+// dq is one gradient kernel; dk and dv come from one more, [B, Tk, H, E + Ev], as two slices of it
+// (the same node type for both, so the lowering makes it one node and one kernel). Both recompute
+// the softmax from q and k (cpu/attention.hpp): nothing of size T x T is saved or stored.
+namespace autodiff {
+template <class Q, class K, class V, bool Causal>
+struct derivative<attention_node<Q, K, V, Causal>> {
+  template <int Part, class G, class Y>
+  using part = attention_backward_node<Part, Causal, operand<Y, 0>, operand<Y, 1>, operand<Y, 2>, Y, exact<G, Y>>;
+  static constexpr std::size_t e = Q::desc.shape.extent[3], ev = V::desc.shape.extent[3];
+  template <std::size_t I, class G, class Y, class Ctx>
+  using vjp = std::conditional_t<
+      I == 0, part<1, G, Y>,
+      std::conditional_t<I == 1, view_node<ops::slice_view<3, 0, e>, part<2, G, Y>>,
+                         view_node<ops::slice_view<3, e, e + ev>, part<2, G, Y>>>>;
+};
+}  // namespace autodiff
 
 }  // namespace fusebox

@@ -11,6 +11,7 @@
 #include <source_location>
 
 #include "fusebox/autodiff/rule.hpp"
+#include "fusebox/expr/grad_nodes.hpp"
 #include "fusebox/ops/operand.hpp"
 
 namespace fusebox {
@@ -155,6 +156,14 @@ template <std::size_t A, std::size_t B>
 struct derivative<ops::transpose_view<A, B>> {
   template <std::size_t I, class G, class Y, class Ctx>
   using vjp = typename detail::transpose_vjp<A, B, exact<G, Y>>::type;
+};
+// A slice's gradient is G in a zero tensor of the operand's shape (expr/grad_nodes.hpp's pad_node).
+// Slices of one tensor (q, k, v of a packed projection) get one gradient: the reverse pass adds
+// their pads (autodiff/backward.hpp).
+template <std::size_t A, std::size_t Begin, std::size_t End>
+struct derivative<ops::slice_view<A, Begin, End>> {
+  template <std::size_t I, class G, class Y, class Ctx>
+  using vjp = pad_node<A, Begin, operand<Y, 0>::desc.shape.extent[A], exact<G, Y>>;
 };
 template <class S>
 struct derivative<ops::reshape_view<S>> {

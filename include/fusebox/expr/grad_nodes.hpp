@@ -1,0 +1,89 @@
+// expr/grad_nodes.hpp: node types that only derivative rules build (autodiff/rule.hpp): attention's
+// backward and the zero padding that is a slice's gradient. A model never names them.
+//
+//   attention_backward_node<1, C, Q, K, V, O, G>  dq          [B, Tq, H, E]
+//   attention_backward_node<2, C, Q, K, V, O, G>  dk | dv     [B, Tk, H, E + Ev] (dk then dv in each row)
+//     of o = attention(q, k, v[, causal]) (O is the forward node, G the gradient at o). Both are
+//     node_kind::attention (the planner's attention family: operands and result in memory, one
+//     kernel), told apart by desc.variant; the kernels recompute the softmax (cpu/attention.hpp).
+//     dk and dv share one node because they share every product; dq is another so that no task
+//     writes another's rows (FlashAttention-2's backward adds dq with atomics instead).
+//   pad_node<Axis, Begin, Total, G>               G placed at [Begin, Begin + extent) of dimension
+//     Axis of a zero tensor whose extent there is Total (node_kind::pad, kernel cpu/pad.hpp).
+// Depends on: expr/node.hpp.
+#pragma once
+
+#include <cstddef>
+
+#include "fusebox/expr/node.hpp"
+
+namespace fusebox {
+
+namespace detail {
+constexpr dims attention_backward_shape(int part, const dims& q, const dims& k, const dims& v) {
+  if (part == 1) return q;
+  return dims{4, {k.extent[0], k.extent[1], k.extent[2], k.extent[3] + v.extent[3]}};
+}
+}  // namespace detail
+
+template <int Part, bool Causal, class Q, class K, class V, class O, class G>
+struct attention_backward_node : expr_base {
+  static_assert(Part == 1 || Part == 2, "fusebox internal: attention_backward part is 1 (dq) or 2 (dk|dv)");
+  static_assert(Q::desc.shape.is_static() && K::desc.shape.is_static() && V::desc.shape.is_static(),
+                "fusebox: attention's gradient needs static shapes (grad() has no run-time path yet)");
+  static_assert(O::desc.shape == G::desc.shape, "fusebox internal: attention_backward: gradient and output differ in shape");
+  using value_type = typename Q::value_type;
+  using children = meta::type_list<Q, K, V, O, G>;
+  static constexpr bool causal = Causal;
+  static constexpr std::size_t keys = K::desc.shape.extent[1], head = Q::desc.shape.extent[3];
+  static constexpr node_desc desc = [] {
+    node_desc d{node_kind::attention, Part == 1 ? "attention_backward_dq" : "attention_backward_dkv",
+                detail::attention_backward_shape(Part, Q::desc.shape, K::desc.shape, V::desc.shape), Causal ? 1 : 0,
+                false, static_cast<int>(10 * keys * head)};
+    d.variant = Part;
+    return d;
+  }();
+  static constexpr bool has_payload =
+      Q::has_payload || K::has_payload || V::has_payload || O::has_payload || G::has_payload;
+  static constexpr bool symbolic = Q::symbolic || K::symbolic || V::symbolic || O::symbolic || G::symbolic;
+  static constexpr bool fullgraph = Q::fullgraph || K::fullgraph || V::fullgraph || O::fullgraph || G::fullgraph;
+  Q q;
+  K k;
+  V v;
+  O o;
+  G g;
+
+  template <std::size_t I>
+  const auto& child() const {
+    if constexpr (I == 0) return q;
+    else if constexpr (I == 1) return k;
+    else if constexpr (I == 2) return v;
+    else if constexpr (I == 3) return o;
+    else return g;
+  }
+};
+
+namespace detail {
+template <std::size_t Axis, std::size_t Total>
+constexpr dims padded_shape(dims d) {
+  d.extent[Axis] = Total;
+  return d;
+}
+}  // namespace detail
+
+template <std::size_t Axis, std::size_t Begin, std::size_t Total, class G>
+struct pad_node : expr_base {
+  static_assert(Axis < G::desc.shape.rank && G::desc.shape.is_static() && Begin + G::desc.shape.extent[Axis] <= Total,
+                "fusebox internal: pad<Axis, Begin, Total>(g): g does not fit");
+  using value_type = typename G::value_type;
+  using children = meta::type_list<G>;
+  static constexpr node_desc desc{node_kind::pad, "pad", detail::padded_shape<Axis, Total>(G::desc.shape),
+                                  static_cast<int>(Axis), false, 0, 0, -1, -1, "", {}, Begin};
+  static constexpr bool has_payload = G::has_payload, symbolic = G::symbolic, fullgraph = G::fullgraph;
+  G arg;
+
+  template <std::size_t>
+  const auto& child() const { return arg; }
+};
+
+}  // namespace fusebox
