@@ -484,9 +484,15 @@ int warm_child() try {
   fb::cuda::lt_prepare(fb::cuda::work_stream().get());  // cuBLASLt's library, handle and workspace
   const double lt_start = seconds(t0);
   t0 = std::chrono::steady_clock::now();
+  fb::profile::start();  // where the first call's time goes, on stderr (fusebox.err)
   auto fast = fb::compile(w3);
   const auto y = fast(dx, d.w1, d.b1, d.w2, d.b2, d.w3, d.b3).to_host();
   const double first = seconds(t0);
+  fb::profile::stop();
+  for (const auto& e : fb::profile::events())
+    if (!e.instant && e.duration_us >= 100)
+      std::fprintf(stderr, "warm start, first call: %7.2f ms at %7.2f ms  %s (%s) %s\n", e.duration_us / 1e3,
+                   e.start_us / 1e3, e.name.c_str(), e.category.c_str(), e.detail.substr(0, 60).c_str());
   std::printf("%.4f %.4f %.4f %.4f %.4f %.4f %g\n", seconds(process_start), cuda_start, host_setup, upload, lt_start,
               first, static_cast<double>(y.flat(5)));
   return 0;
@@ -605,7 +611,7 @@ int main(int argc, char** argv) {
     run_w3<float>(lim, mode, quick);
     run_w3<fb::bfloat16>(lim, mode, quick);
   }
-  for (fb::mode mode : {fb::mode::default_, fb::mode::reduce_overhead})
+  for (fb::mode mode : {fb::mode::default_, fb::mode::reduce_overhead, fb::mode::max_autotune})
     if (want("W4")) run_w4(lim, mode, quick);
   if (only == "attention") {  // W4's attention alone (bf16, causal, 12 heads of 64, 256 tokens) at two batches
     for (std::size_t batch : {std::size_t{8}, std::size_t{32}}) {

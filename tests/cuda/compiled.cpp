@@ -104,11 +104,16 @@ TEST_CASE("CUDA: elementwise with row broadcasts, vector and scalar entries", "[
   check_w1<1>(9);
 }
 
-TEST_CASE("CUDA: softmax then layer_norm, one block per row", "[cuda]") {
+TEST_CASE("CUDA: softmax then layer_norm, a block per row, or a warp per row for short rows", "[cuda]") {
   FUSEBOX_REQUIRE_GPU();
   check_w2<4096>(17);
   check_w2<1003>(5);
+  // Rows of at most 128 vectors: a warp each, four a block; row counts that leave a block's last
+  // warps without a row, and an odd width (the scalar entry).
   check_w2<32>(64);
+  check_w2<512>(37);
+  check_w2<300>(6);
+  check_w2<77>(3);
 }
 
 TEST_CASE("CUDA: matmul through cuBLASLt with a fused epilogue kernel; the batch changes", "[cuda]") {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <numbers>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -445,11 +446,11 @@ struct lt_case {
   double tolerance;  // f32: per element, relative to Σ|a·b| + |bias|; 16-bit: ‖C - ref‖ / ‖ref‖
 };
 
-/// Runs `c.problem` on random data (algorithm `algorithm` of the heuristic list) and checks C
-/// against the double reference of the values the device saw.
-void run_lt_case(const lt_case& c, std::size_t algorithm = 0, std::uint32_t seed = 1) {
+/// Runs `c.problem` on random data (algorithm `algorithm` of the heuristic list; none: the
+/// default path's plan) and checks C against the double reference of the values the device saw.
+void run_lt_case(const lt_case& c, std::optional<std::size_t> algorithm = 0, std::uint32_t seed = 1) {
   const auto& p = c.problem;
-  INFO(cuda::detail::describe(p) << ", algorithm " << algorithm);
+  INFO(cuda::detail::describe(p) << ", algorithm " << (algorithm ? std::to_string(*algorithm) : "default"));
   const auto stride = [](std::int64_t s, std::size_t packed) {
     return s == cuda::lt_problem::packed ? packed : static_cast<std::size_t>(s);
   };
@@ -545,6 +546,27 @@ TEST_CASE("every candidate cuBLASLt algorithm gives the right answer", "[cuda]")
     run_lt_case(c, i, 100 + static_cast<std::uint32_t>(i));
   }
   CHECK_THROWS_WITH(run_lt_case(c, 1000), Catch::Matchers::Contains("algorithm index 1000"));
+}
+
+TEST_CASE("the default path runs a seeded algorithm (a choice stored by an earlier process) without the heuristic",
+          "[cuda]") {
+  FUSEBOX_REQUIRE_CUDA();
+  const lt_case c{{.m = 72, .n = 136, .k = 88, .bias = true}, 1e-5};  // a problem no other case runs
+  const auto candidates = cuda::lt_algorithms(c.problem, 4);
+  REQUIRE(!candidates.empty());
+  CHECK(!cuda::lt_default_algorithm(c.problem));
+  // The last candidate, not the heuristic's first: the default path must take what it is given.
+  cuda::lt_algorithm stored;
+  std::memcpy(&stored.algo, &candidates.back().algo, sizeof stored.algo);  // as read back from disk
+  stored.workspace_bytes = candidates.back().workspace_bytes;
+  cuda::lt_seed_default_algorithm(c.problem, stored);
+  const auto seeded = cuda::lt_default_algorithm(c.problem);
+  REQUIRE(seeded);
+  CHECK(std::memcmp(&seeded->algo, &candidates.back().algo, sizeof seeded->algo) == 0);
+  run_lt_case(c, std::nullopt, 7);
+  // A second seed of a known problem changes nothing.
+  cuda::lt_seed_default_algorithm(c.problem, candidates.front());
+  CHECK(std::memcmp(&cuda::lt_default_algorithm(c.problem)->algo, &candidates.back().algo, sizeof stored.algo) == 0);
 }
 
 TEST_CASE("cuBLASLt's GELU epilogue is the tanh approximation", "[cuda]") {

@@ -47,7 +47,7 @@
 // library_types.h (CUDA 13.0). Libraries tried: libcublasLt.so.13, .so.12, .so.
 //
 // Depends on: the C++20 standard library, fusebox/core/errors.hpp, fusebox/cuda/library.hpp,
-// fusebox/cuda/driver.hpp, fusebox/cuda/memory.hpp.
+// fusebox/cuda/driver.hpp, fusebox/cuda/memory.hpp, fusebox/profile.hpp.
 #pragma once
 
 #include <algorithm>
@@ -67,6 +67,7 @@
 #include "fusebox/cuda/driver.hpp"
 #include "fusebox/cuda/library.hpp"
 #include "fusebox/cuda/memory.hpp"
+#include "fusebox/profile.hpp"
 
 struct cublasLtContext;  // cublasLt.h: typedef struct cublasLtContext* cublasLtHandle_t;
 
@@ -428,6 +429,7 @@ struct lt_descriptors {
   }
 
   std::vector<lt_algorithm> heuristic(cublasLtHandle_t handle, int count, const lt_problem& p) const {
+    profile::scoped_span span("cuBLASLt heuristic", "compile");
     std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<std::size_t>(count));
     int returned = 0;
     check_cublas(api.matmul_algo_get_heuristic(handle, operation, a, b, d, d, preference, count,
@@ -514,6 +516,32 @@ inline std::vector<lt_algorithm> lt_algorithms(const lt_problem& problem, int co
   const void* bias = detail::as_pointer(problem.alignment);
   detail::lt_descriptors descriptors(api, problem, bias);
   return descriptors.heuristic(detail::lt_handle(state), count, problem);
+}
+
+/// The algorithm the default path runs for `problem` (the heuristic's first choice), if it has
+/// been chosen in this process: what jit/cuda_autotune.hpp's lt_choices persists.
+inline std::optional<lt_algorithm> lt_default_algorithm(const lt_problem& problem) {
+  auto& state = detail::lt_shared();
+  std::lock_guard lock(state.mutex);
+  auto it = state.plans.find(detail::lt_plan_key(problem));
+  if (it == state.plans.end()) return std::nullopt;
+  return it->second.algorithm;
+}
+
+/// Makes `algorithm` the default path's choice for `problem` without asking the heuristic: a
+/// choice made by an earlier process with the same cuBLASLt and GPU (cublasLtMatmulAlgo_t is a
+/// plain 64-byte record, valid across processes for one library version). The first heuristic
+/// query of a process costs ~75 ms (cuBLASLt loads its tables), most of a warm start.
+inline void lt_seed_default_algorithm(const lt_problem& problem, const lt_algorithm& algorithm) {
+  detail::validate(problem);
+  const auto& api = cublaslt();
+  auto& state = detail::lt_shared();
+  std::lock_guard lock(state.mutex);
+  if (state.plans.count(detail::lt_plan_key(problem))) return;
+  detail::lt_plan plan;
+  plan.descriptors = std::make_unique<detail::lt_descriptors>(api, problem, detail::as_pointer(problem.alignment));
+  plan.algorithm = algorithm;
+  state.plans.emplace(detail::lt_plan_key(problem), std::move(plan));
 }
 
 /// Creates the handle and `on`'s workspace now: call before capturing `on` into a CUDA graph.

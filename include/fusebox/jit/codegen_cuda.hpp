@@ -55,6 +55,7 @@ struct rendered_cuda_kernel {
   std::vector<int> unit_operands;  ///< locals read or written with unit stride (alignment checked at launch)
   bool block_per_row = false;      ///< rows kernels with reduction passes
   unsigned block_threads = 0;      ///< threads per block the source is written for (0: host's choice)
+  unsigned rows_per_block = 1;     ///< rows kernels with passes: rows a block takes at once (a warp each if > 1)
   bool tensor_cores = false;       ///< attention: `fusebox_kernel` is the tensor-core entry (jit/cuda_attention.hpp)
   std::string summary;
 };
@@ -113,6 +114,13 @@ __device__ __forceinline__ void fb_store(T* p, const float (&in)[VEC]) {
 #pragma unroll
     for (int i = 0; i < VEC; ++i) p[i] = fb_from_float<T>(in[i]);
   }
+}
+/// Combines one value per lane across the warp; every lane gets the result.
+template <class Op>
+__device__ __forceinline__ float fb_warp_reduce(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = Op::combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
 }
 /// Combines one value per thread across the block; every thread gets the result. `red` holds
 /// one word per warp; the barrier on entry keeps a previous reduction's readers safe.
@@ -174,7 +182,8 @@ class cuda_codegen {
     r.kind = k_.kind;
     r.locals = locals_;
     r.block_per_row = k_.kind == plan::kernel_kind::rows && k_.passes > 0;
-    r.block_threads = row_cache_ ? block_threads_ : 0;
+    r.block_threads = row_cache_ ? block_threads_ * rows_per_block_ : 0;
+    r.rows_per_block = rows_per_block_;
     r.summary = summary_;
     for (int g : unit_) r.unit_operands.push_back(local(g));
     std::string ops;
@@ -423,7 +432,9 @@ class cuda_codegen {
     s += "        " + row_loop_head() + " {\n";
     s += indent(pre.text, "          ") + "#pragma unroll\n          for (int v = 0; v < VEC; ++v) {\n" + b.text("            ") +
          "            acc = " + op + "::combine(acc, " + v + ");\n          }\n        }\n";
-    s += "        rs[" + L(r_id) + "] = " + op + "::finalize(fb_block_reduce<" + op + ">(acc, fb_red), W);\n      }\n";
+    s += "        rs[" + L(r_id) + "] = " + op + "::finalize(" +
+         (rows_per_block_ > 1 ? "fb_warp_reduce<" + op + ">(acc)" : "fb_block_reduce<" + op + ">(acc, fb_red)") +
+         ", W);\n      }\n";
     value_cached_.merge(value_stored_);  // stored by this pass: later bodies read them
     return s;
   }
@@ -466,6 +477,10 @@ class cuda_codegen {
     if (k_vec > 8 || k_scalar > 32) return;
     row_cache_ = true;
     block_threads_ = threads;
+    // A row a warp takes needs no barrier and no shared memory to reduce, and four rows a block
+    // keep the SMs fed where a block per 32-thread row leaves them latency-bound (W4's
+    // layer_norm over [2048, 768]).
+    if (threads == 32) rows_per_block_ = 4;
   }
 
   /// The loop over this thread's chunks of the row: strided by the block, or (row cache) an
@@ -475,7 +490,7 @@ class cuda_codegen {
       return "for (unsigned long long j = threadIdx.x * static_cast<unsigned long long>(VEC); j < W; j += blockDim.x * "
              "static_cast<unsigned long long>(VEC))";
     return "#pragma unroll\n    for (unsigned long long kk = 0; kk < FB_K; ++kk) if (const unsigned long long j = (kk * "
-           "FB_BLOCK + threadIdx.x) * VEC; j < W)";
+           "FB_BLOCK + fb_t) * VEC; j < W)";
   }
 
   /// Whether an operand differs from row to row (some extent other than 1 before its last).
@@ -491,7 +506,7 @@ class cuda_codegen {
     std::string s;
     for (int g : row_cached_)
       s += in + "#pragma unroll\n" + in + "for (unsigned long long kk = 0; kk < FB_K; ++kk) {\n" + in +
-           "  const unsigned long long j = (kk * FB_BLOCK + threadIdx.x) * VEC;\n" + in + "  if (j < W) fb_load<VEC>(" +
+           "  const unsigned long long j = (kk * FB_BLOCK + fb_t) * VEC;\n" + in + "  if (j < W) fb_load<VEC>(" +
            ptr(g) + " + j, " + prefix + L(g) + "[kk]);\n" + in + "}\n";
     return s;
   }
@@ -507,7 +522,7 @@ class cuda_codegen {
   /// W2 ran at 44% of the copy bandwidth).
   std::string row_prefetch_first() {
     if (!row_cache_) return "";
-    return row_cache_decl("n", "  ") + "  if (blockIdx.x < rows) {\n    const unsigned long long r = blockIdx.x;\n" +
+    return row_cache_decl("n", "  ") + "  if (fb_first < rows) {\n    const unsigned long long r = fb_first;\n" +
            coordinates("r", "    ") + pointers("    ") + row_loads("n", "    ") + "  }\n";
   }
   std::string row_prefetch_next() {
@@ -516,7 +531,7 @@ class cuda_codegen {
     for (int g : row_cached_)
       s += "#pragma unroll\n    for (int kk = 0; kk < FB_K; ++kk)\n#pragma unroll\n      for (int v = 0; v < VEC; ++v) x" +
            L(g) + "[kk][v] = n" + L(g) + "[kk][v];\n";
-    return s + "    if (r + gridDim.x < rows) {\n      const unsigned long long r_next = r + gridDim.x;\n      {\n" +
+    return s + "    if (r + fb_step < rows) {\n      const unsigned long long r_next = r + fb_step;\n      {\n" +
            "        const unsigned long long r = r_next;\n" + coordinates("r", "        ") + pointers("        ") +
            row_loads("n", "        ") + "      }\n    }\n";
   }
@@ -539,17 +554,24 @@ class cuda_codegen {
     if (row_cache_)
       s += "  constexpr unsigned long long FB_BLOCK = " + std::to_string(block_threads_) +
            ", FB_K = (" + std::to_string(k_.space.back(0)) + "ull + VEC * FB_BLOCK - 1) / (VEC * FB_BLOCK);\n";
+    // fb_t: the thread's place in its row; rows_per_block_ rows a block, FB_BLOCK threads each.
+    const std::string per = std::to_string(rows_per_block_);
+    s += row_cache_ ? "  const unsigned fb_t = threadIdx.x % FB_BLOCK;\n  const unsigned long long fb_first = blockIdx.x * " +
+                          per + "ull + threadIdx.x / FB_BLOCK, fb_step = static_cast<unsigned long long>(gridDim.x) * " +
+                          per + "ull;\n"
+                    : "  const unsigned fb_t = threadIdx.x;\n  const unsigned long long fb_first = blockIdx.x, fb_step = gridDim.x;\n  (void)fb_t;\n";
     s += row_prefetch_first();
-    s += "  for (unsigned long long r = blockIdx.x; r < rows; r += gridDim.x) {\n" + coordinates("r", "    ") +
+    s += "  for (unsigned long long r = fb_first; r < rows; r += fb_step) {\n" + coordinates("r", "    ") +
          pointers("    ");
     s += "    float rs[" + std::to_string(locals_.size() + 1) + "];\n    (void)rs;\n" + row_prefetch_next() + value_cache_decl() + steps;
     if (any)
       s += "    " + row_loop_head() + " {\n" + indent(pre.text + outs_decl_, "      ") +
            "#pragma unroll\n      for (int v = 0; v < VEC; ++v) {\n" + indent(out, "      ") + "      }\n" +
            indent(outs_store_, "      ") + "    }\n";
-    if (!souts.empty()) s += "    if (threadIdx.x == 0) {\n" + souts + "    }\n";
+    if (!souts.empty()) s += "    if (fb_t == 0) {\n" + souts + "    }\n";
     s += "  }\n}\n" + entry_points();
-    summary_ = "row reduction over " + to_string(k_.space) + ", " + std::to_string(k_.passes) + " pass(es), block per row";
+    summary_ = "row reduction over " + to_string(k_.space) + ", " + std::to_string(k_.passes) + " pass(es), " +
+               (rows_per_block_ > 1 ? "a warp per row, " + per + " rows a block" : std::string("block per row"));
     return s;
   }
 
@@ -620,7 +642,8 @@ class cuda_codegen {
   std::set<int> unit_, row_cached_;
   std::set<int> value_cache_, value_stored_, value_cached_;  // values kept in registers; stored by this pass; by earlier ones
   bool row_cache_ = false;
-  unsigned block_threads_ = 0;
+  unsigned block_threads_ = 0;   ///< threads per row (row cache)
+  unsigned rows_per_block_ = 1;
   std::set<std::string> defined_;
   std::string functions_, outs_decl_, outs_store_, summary_;
 };

@@ -1,4 +1,5 @@
-// jit/cuda_autotune.hpp: `mode::max_autotune`. Two tuners, one pattern.
+// jit/cuda_autotune.hpp: `mode::max_autotune`. Two tuners, one pattern; and lt_choices, which
+// persists default mode's cuBLASLt choices the same way (a warm process asks no heuristic).
 //
 // lt_tuner, for the products: per GEMM problem, cuBLASLt's
 // heuristic offers up to `candidates` algorithms (best first by its own model); each is timed on
@@ -24,8 +25,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -126,6 +130,69 @@ class lt_tuner {
   std::map<std::string, cuda::lt_algorithm> winners_;
   disk_cache disk_;
   std::size_t timed_ = 0, from_disk_ = 0;
+};
+
+/// The default mode's cuBLASLt choices (the heuristic's first), persisted like the tuners'
+/// winners: a process that finds a problem's choice on disk seeds cuBLASLt's plan with it and never
+/// asks the heuristic, whose first query in a process costs ~75 ms (most of a warm start).
+class lt_choices {
+ public:
+  static lt_choices& instance() {
+    static lt_choices* c = new lt_choices;  // never destroyed, like the tuners
+    return *c;
+  }
+
+  /// Queues C = A·B (+ bias, + residual) with the default choice for `p`.
+  void matmul(const cuda::lt_problem& p, cuda::CUdeviceptr a, cuda::CUdeviceptr b, cuda::CUdeviceptr c,
+              cuda::CUdeviceptr bias, cuda::CUstream on, cuda::CUdeviceptr residual = 0) {
+    bool store = false;
+    if (disk_.enabled()) {
+      std::lock_guard lock(mutex_);
+      if (seen_.insert(cuda::detail::lt_plan_key(p)).second) {
+        const auto blob = disk_.lookup_blob(key_for(p));
+        cuda::lt_algorithm algo;
+        if (blob && blob->size() == record_bytes) {
+          std::memcpy(&algo.algo, blob->data(), sizeof algo.algo);
+          std::memcpy(&algo.workspace_bytes, blob->data() + sizeof algo.algo, sizeof algo.workspace_bytes);
+          cuda::lt_seed_default_algorithm(p, algo);
+          ++from_disk_;
+          log(log_category::autotune, cuda::detail::describe(p) + ": cuBLASLt's choice from the cache");
+        } else {
+          store = true;
+        }
+      }
+    }
+    cuda::lt_matmul(p, a, b, c, bias, on, std::optional<std::size_t>{}, residual);
+    if (store)
+      if (const auto algo = cuda::lt_default_algorithm(p)) {
+        std::string record(record_bytes, '\0');
+        std::memcpy(record.data(), &algo->algo, sizeof algo->algo);
+        std::memcpy(record.data() + sizeof algo->algo, &algo->workspace_bytes, sizeof algo->workspace_bytes);
+        disk_.store_blob(key_for(p), record);
+      }
+  }
+
+  std::size_t from_disk() const { return from_disk_; }
+
+ private:
+  static constexpr std::size_t record_bytes = sizeof(cuda::cublasLtMatmulAlgo_t) + sizeof(std::size_t);
+
+  static cache_key key_for(const cuda::lt_problem& p) {
+    const cuda::device_info& dev = cuda::current_device();
+    cache_key key;
+    key.add("fusebox", version_string)
+        .add("what", "cuBLASLt heuristic choice")
+        .add("gpu", dev.name)
+        .add("arch", dev.arch)
+        .add("cublaslt", static_cast<std::uint64_t>(cuda::cublaslt().version))
+        .add("problem", cuda::detail::lt_plan_key(p));
+    return key;
+  }
+
+  std::mutex mutex_;
+  std::set<std::string> seen_;
+  disk_cache disk_;
+  std::size_t from_disk_ = 0;
 };
 
 /// How a generated kernel is launched: which entry (2: `_w`, 1: the vector entry, 0: `_v1`),

@@ -270,7 +270,8 @@ struct cuda_program {
       const std::size_t outputs = space.size() / std::max<std::size_t>(space.extent[axis], 1);
       grid.x = static_cast<unsigned>(std::max<std::size_t>(1, std::min((outputs + c.threads - 1) / c.threads, max_blocks)));
     } else if (rk.block_per_row) {
-      grid.x = static_cast<unsigned>(std::min(rows, max_blocks));
+      const std::size_t per = std::max<std::size_t>(rk.rows_per_block, 1);
+      grid.x = static_cast<unsigned>(std::max<std::size_t>(1, std::min((rows + per - 1) / per, max_blocks)));
     } else {
       const std::size_t total = rows * (width / v);
       grid.x = static_cast<unsigned>(std::max<std::size_t>(1, std::min((total + c.threads - 1) / c.threads, max_blocks)));
@@ -472,7 +473,7 @@ struct cuda_program {
                c = reinterpret_cast<cuda::CUdeviceptr>(C.data), bv = reinterpret_cast<cuda::CUdeviceptr>(bias_data);
     const auto rv = reinterpret_cast<cuda::CUdeviceptr>(residual_data);
     if (tune) lt_tuner::instance().matmul(prob, a, b, c, bv, on, rv);
-    else cuda::lt_matmul(prob, a, b, c, bv, on, std::optional<std::size_t>{}, rv);
+    else lt_choices::instance().matmul(prob, a, b, c, bv, on, rv);
   }
 
   static void copy(const strided<T>& from, const strided<T>& to, cuda::CUstream on) {

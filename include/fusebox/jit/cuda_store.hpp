@@ -124,7 +124,8 @@ class cuda_store {
     }
 
     std::vector<unit_entry*> to_compile;
-    for (auto& e : units) {
+    for (profile::scoped_span lookup("kernel lookup", "cache", std::to_string(units.size()) + " unit(s)");
+         auto& e : units) {
       if (auto mod = memory_.find(e.key)) {
         counters().hits.fetch_add(1, std::memory_order_relaxed);
         e.module = *mod;
@@ -142,6 +143,7 @@ class cuda_store {
     }
     if (!to_compile.empty()) compile_all(to_compile, dev.arch, fast_math);
 
+    profile::scoped_span load("module load", "cache");
     for (auto& e : units) {
       if (e.module) continue;
       auto loaded = std::make_shared<cuda::module>(std::span<const char>(e.cubin.data(), e.cubin.size()),

@@ -270,6 +270,7 @@ class dynamic_function {
   /// The CUDA program of one guard: the same specialisation and plan, kernels rendered as CUDA and
   /// compiled by NVRTC (a unit per kernel, in parallel). An NVRTC failure becomes a compile_failure (source and log kept).
   static std::shared_ptr<const program_t> build_cuda(const guard& g, bool fast_math) {
+    profile::scoped_span span("CUDA program build", "compile");
     auto p = std::make_shared<program_t>();
     specialise_into(*p, g);
     p->storage = storage_dtype<T>();
