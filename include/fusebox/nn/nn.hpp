@@ -4,7 +4,9 @@
 
 #include "fusebox/io/safetensors.hpp"
 #include "fusebox/nn/activation.hpp"
+#include "fusebox/nn/attention.hpp"
 #include "fusebox/nn/dropout.hpp"
+#include "fusebox/nn/gpt2.hpp"
 #include "fusebox/nn/layer_norm.hpp"
 #include "fusebox/nn/linear.hpp"
 #include "fusebox/nn/loss.hpp"
