@@ -3,7 +3,21 @@
 // is rescaled when the maximum grows), so the scores are never stored and each key costs one
 // dot product, one exp and one axpy. Operands are read through their strides (q, k, v may be
 // views of a wider projection); the output is written through its strides.
-// Depends on: core/tensor.hpp, cpu/thread_pool.hpp.
+//
+// attention_backward(): the gradients (expr/grad_nodes.hpp), as FlashAttention-2's backward
+// computes them, with the softmax recomputed rather than saved: per query row the log-sum-exp
+// L_i of the scaled scores and D_i = g_i · o_i, then per (query, key) pair p = exp(s - L_i),
+// dp = g_i · v_j, ds = p (dp - D_i), and dq_i += ds k_j, dk_j += ds q_i, dv_j += p g_i (dq, dk
+// scaled by 1/sqrt(E)). Part 3 (as many queries as keys) writes dq | dk | dv side by side, a task
+// per (batch, head): L and D of its rows first, then each key row against the query rows that see
+// it, dq rows accumulated in the task (FlashAttention-2 adds them with atomics across blocks; a
+// task owning its (batch, head) needs none, and the sums do not depend on the thread count).
+// Otherwise part 1 writes dq, a task per (batch, head, query), each computing its own L_i, and
+// part 2 writes dk | dv, a task per (batch, head, key), after a first pass that stores L and D for
+// every query row. Scratch (L, D, dq rows) is allocated per call or task.
+// Dots and axpys run on xsimd vectors where the element is float or double and the head dimension
+// is contiguous (two accumulators, a fixed order), else on scalars.
+// Depends on: core/tensor.hpp, cpu/thread_pool.hpp, xsimd.
 #pragma once
 
 #include <algorithm>
@@ -11,10 +25,69 @@
 #include <cstddef>
 #include <vector>
 
+#include <xsimd/xsimd.hpp>
+
 #include "fusebox/core/tensor.hpp"
 #include "fusebox/cpu/thread_pool.hpp"
 
 namespace fusebox::cpu {
+
+namespace detail {
+template <class T>
+const T* attention_row(const strided<T>& x, std::size_t b, std::size_t t, std::size_t h) {
+  return x.data + static_cast<std::ptrdiff_t>(b) * x.stride[0] + static_cast<std::ptrdiff_t>(t) * x.stride[1] +
+         static_cast<std::ptrdiff_t>(h) * x.stride[2];
+}
+template <class A, class T>
+A attention_dot(const T* a, std::ptrdiff_t as, const T* b, std::ptrdiff_t bs, std::size_t n) {
+  if constexpr (std::is_same_v<A, T> && xsimd::has_simd_register<T>::value) {
+    if (as == 1 && bs == 1) {  // two vector accumulators, a fixed order: results do not depend on threads
+      using V = xsimd::batch<T>;
+      constexpr std::size_t w = V::size;
+      V s0(T(0)), s1(T(0));
+      std::size_t e = 0;
+      for (; e + 2 * w <= n; e += 2 * w) {
+        s0 = xsimd::fma(V::load_unaligned(a + e), V::load_unaligned(b + e), s0);
+        s1 = xsimd::fma(V::load_unaligned(a + e + w), V::load_unaligned(b + e + w), s1);
+      }
+      for (; e + w <= n; e += w) s0 = xsimd::fma(V::load_unaligned(a + e), V::load_unaligned(b + e), s0);
+      A s = xsimd::hadd(s0 + s1);
+      for (; e < n; ++e) s += a[e] * b[e];
+      return s;
+    }
+  }
+  A s = 0;
+  for (std::size_t e = 0; e < n; ++e)
+    s += static_cast<A>(a[static_cast<std::ptrdiff_t>(e) * as]) * static_cast<A>(b[static_cast<std::ptrdiff_t>(e) * bs]);
+  return s;
+}
+template <class A, class T>
+void attention_axpy(A* acc, A p, const T* x, std::ptrdiff_t xs, std::size_t n) {
+  if constexpr (std::is_same_v<A, T> && xsimd::has_simd_register<T>::value) {
+    if (xs == 1) {
+      using V = xsimd::batch<T>;
+      constexpr std::size_t w = V::size;
+      const V pv(p);
+      std::size_t e = 0;
+      for (; e + w <= n; e += w) xsimd::fma(pv, V::load_unaligned(x + e), V::load_unaligned(acc + e)).store_unaligned(acc + e);
+      for (; e < n; ++e) acc[e] += p * x[e];
+      return;
+    }
+  }
+  for (std::size_t e = 0; e < n; ++e) acc[e] += p * static_cast<A>(x[static_cast<std::ptrdiff_t>(e) * xs]);
+}
+/// Accumulators of n elements: on the stack up to 256, else on the heap.
+template <class A>
+struct attention_scratch {
+  A stack[256];
+  std::vector<A> heap;
+  A* get(std::size_t n) {
+    if (n <= 256) return stack;
+    heap.resize(n);
+    return heap.data();
+  }
+};
+}  // namespace detail
 
 /// o = softmax(q·kᵀ / sqrt(E), causal) · v for [B, T, H, E] operands (see ops/attention.hpp).
 /// Accumulates in double for double, else in float.
@@ -41,11 +114,7 @@ void attention(const strided<T>& q, const strided<T>& k, const strided<T>& v, co
     A m = -INFINITY, l = 0;
     const std::size_t keys = causal ? std::min(i + 1, Tk) : Tk;
     for (std::size_t j = 0; j < keys; ++j) {
-      const T* kj = at(k, b, j, h);
-      A s = 0;
-      for (std::size_t e = 0; e < E; ++e)
-        s += static_cast<A>(qi[static_cast<std::ptrdiff_t>(e) * qs]) * static_cast<A>(kj[static_cast<std::ptrdiff_t>(e) * ks]);
-      s *= scale;
+      const A s = scale * detail::attention_dot<A>(qi, qs, at(k, b, j, h), ks, E);
       if (s > m) {  // a new maximum: rescale what is accumulated
         const A r = std::exp(m - s);
         l *= r;
@@ -54,8 +123,7 @@ void attention(const strided<T>& q, const strided<T>& k, const strided<T>& v, co
       }
       const A p = std::exp(s - m);
       l += p;
-      const T* vj = at(v, b, j, h);
-      for (std::size_t e = 0; e < Ev; ++e) acc[e] += p * static_cast<A>(vj[static_cast<std::ptrdiff_t>(e) * vs]);
+      detail::attention_axpy(acc, p, at(v, b, j, h), vs, Ev);
     }
     T* oi = const_cast<T*>(at(o, b, i, h));
     const A inv = l > 0 ? A{1} / l : A{0};
@@ -63,43 +131,9 @@ void attention(const strided<T>& q, const strided<T>& k, const strided<T>& v, co
   });
 }
 
-namespace detail {
-template <class T>
-const T* attention_row(const strided<T>& x, std::size_t b, std::size_t t, std::size_t h) {
-  return x.data + static_cast<std::ptrdiff_t>(b) * x.stride[0] + static_cast<std::ptrdiff_t>(t) * x.stride[1] +
-         static_cast<std::ptrdiff_t>(h) * x.stride[2];
-}
-template <class A, class T>
-A attention_dot(const T* a, std::ptrdiff_t as, const T* b, std::ptrdiff_t bs, std::size_t n) {
-  A s = 0;
-  if (as == 1 && bs == 1)
-    for (std::size_t e = 0; e < n; ++e) s += static_cast<A>(a[e]) * static_cast<A>(b[e]);
-  else
-    for (std::size_t e = 0; e < n; ++e)
-      s += static_cast<A>(a[static_cast<std::ptrdiff_t>(e) * as]) * static_cast<A>(b[static_cast<std::ptrdiff_t>(e) * bs]);
-  return s;
-}
-template <class A, class T>
-void attention_axpy(A* acc, A p, const T* x, std::ptrdiff_t xs, std::size_t n) {
-  if (xs == 1)
-    for (std::size_t e = 0; e < n; ++e) acc[e] += p * static_cast<A>(x[e]);
-  else
-    for (std::size_t e = 0; e < n; ++e) acc[e] += p * static_cast<A>(x[static_cast<std::ptrdiff_t>(e) * xs]);
-}
-/// Accumulators of n elements: on the stack up to 256, else on the heap.
-template <class A>
-struct attention_scratch {
-  A stack[256];
-  std::vector<A> heap;
-  A* get(std::size_t n) {
-    if (n <= 256) return stack;
-    heap.resize(n);
-    return heap.data();
-  }
-};
-}  // namespace detail
 
-/// Part 1: dq [B, Tq, H, E]; part 2: dk | dv [B, Tk, H, E + Ev], of o = attention(q, k, v, causal)
+/// Part 1: dq [B, Tq, H, E]; part 2: dk | dv [B, Tk, H, E + Ev]; part 3 (Tq == Tk): dq | dk | dv
+/// [B, T, H, 2E + Ev], of o = attention(q, k, v, causal)
 /// at the gradient g (shaped like o). See the header comment.
 template <class T>
 void attention_backward(const strided<T>& q, const strided<T>& k, const strided<T>& v, const strided<T>& o,
@@ -127,6 +161,36 @@ void attention_backward(const strided<T>& q, const strided<T>& k, const strided<
     lse = m + std::log(l);
     d = detail::attention_dot<A>(attention_row(g, b, i, h), gs, attention_row(o, b, i, h), os, Ev);
   };
+  if (part == 3) {  // a task per (batch, head): every pair once; dq rows accumulated in the task
+    pool.parallel_for(B * H, [&](std::size_t task, unsigned) {
+      const std::size_t h = task % H, b = task / H;
+      std::vector<A> st(2 * Tq), dq(Tq * E, A{0});
+      for (std::size_t i = 0; i < Tq; ++i) row_stats(b, i, h, st[2 * i], st[2 * i + 1]);
+      detail::attention_scratch<A> scratch;
+      A* acc = scratch.get(E + Ev);  // dk_j then dv_j
+      for (std::size_t j = 0; j < Tk; ++j) {
+        std::fill(acc, acc + E + Ev, A{0});
+        const T *kj = attention_row(k, b, j, h), *vj = attention_row(v, b, j, h);
+        for (std::size_t i = causal ? j : 0; i < Tq; ++i) {
+          const T *qi = attention_row(q, b, i, h), *gi = attention_row(g, b, i, h);
+          const A p = std::exp(scale * detail::attention_dot<A>(qi, qs, kj, ks, E) - st[2 * i]);
+          const A ds = p * (detail::attention_dot<A>(gi, gs, vj, vs, Ev) - st[2 * i + 1]);
+          detail::attention_axpy(acc, ds, qi, qs, E);
+          detail::attention_axpy(acc + E, p, gi, gs, Ev);
+          detail::attention_axpy(dq.data() + i * E, ds, kj, ks, E);
+        }
+        T* row = const_cast<T*>(attention_row(out, b, j, h));
+        for (std::size_t e = 0; e < E; ++e) row[static_cast<std::ptrdiff_t>(E + e) * outs] = static_cast<T>(scale * acc[e]);
+        for (std::size_t e = 0; e < Ev; ++e)
+          row[static_cast<std::ptrdiff_t>(2 * E + e) * outs] = static_cast<T>(acc[E + e]);
+      }
+      for (std::size_t i = 0; i < Tq; ++i) {
+        T* row = const_cast<T*>(attention_row(out, b, i, h));
+        for (std::size_t e = 0; e < E; ++e) row[static_cast<std::ptrdiff_t>(e) * outs] = static_cast<T>(scale * dq[i * E + e]);
+      }
+    });
+    return;
+  }
   if (part == 1) {
     pool.parallel_for(B * H * Tq, [&](std::size_t task, unsigned) {
       const std::size_t i = task % Tq, h = task / Tq % H, b = task / (Tq * H);

@@ -1,13 +1,16 @@
 // expr/grad_nodes.hpp: node types that only derivative rules build (autodiff/rule.hpp): attention's
 // backward and the zero padding that is a slice's gradient. A model never names them.
 //
-//   attention_backward_node<1, C, Q, K, V, O, G>  dq          [B, Tq, H, E]
-//   attention_backward_node<2, C, Q, K, V, O, G>  dk | dv     [B, Tk, H, E + Ev] (dk then dv in each row)
-//     of o = attention(q, k, v[, causal]) (O is the forward node, G the gradient at o). Both are
-//     node_kind::attention (the planner's attention family: operands and result in memory, one
-//     kernel), told apart by desc.variant; the kernels recompute the softmax (cpu/attention.hpp).
-//     dk and dv share one node because they share every product; dq is another so that no task
-//     writes another's rows (FlashAttention-2's backward adds dq with atomics instead).
+//   attention_backward_node<3, C, Q, K, V, O, G>  dq | dk | dv  [B, T, H, 2E + Ev]  (Tq == Tk)
+//   attention_backward_node<1, C, Q, K, V, O, G>  dq            [B, Tq, H, E]       (Tq != Tk)
+//   attention_backward_node<2, C, Q, K, V, O, G>  dk | dv       [B, Tk, H, E + Ev]  (Tq != Tk)
+//     of o = attention(q, k, v[, causal]) (O is the forward node, G the gradient at o); the rule
+//     reads each gradient as a slice of the last dimension. All are node_kind::attention (the
+//     planner's attention family: operands and result in memory, one kernel), told apart by
+//     desc.variant; the kernels recompute the softmax (cpu/attention.hpp). Part 3 computes all
+//     three gradients in one pass over the (query, key) pairs of a (batch, head), so every product
+//     is computed once; when a query row and a key row are not the same rows (Tq != Tk) the
+//     gradients are two kernels (each recomputing what it needs), so no task writes another's rows.
 //   pad_node<Axis, Begin, Total, G>               G placed at [Begin, Begin + extent) of dimension
 //     Axis of a zero tensor whose extent there is Total (node_kind::pad, kernel cpu/pad.hpp).
 // Depends on: expr/node.hpp.
@@ -22,13 +25,16 @@ namespace fusebox {
 namespace detail {
 constexpr dims attention_backward_shape(int part, const dims& q, const dims& k, const dims& v) {
   if (part == 1) return q;
-  return dims{4, {k.extent[0], k.extent[1], k.extent[2], k.extent[3] + v.extent[3]}};
+  if (part == 2) return dims{4, {k.extent[0], k.extent[1], k.extent[2], k.extent[3] + v.extent[3]}};
+  return dims{4, {q.extent[0], q.extent[1], q.extent[2], q.extent[3] + k.extent[3] + v.extent[3]}};
 }
 }  // namespace detail
 
 template <int Part, bool Causal, class Q, class K, class V, class O, class G>
 struct attention_backward_node : expr_base {
-  static_assert(Part == 1 || Part == 2, "fusebox internal: attention_backward part is 1 (dq) or 2 (dk|dv)");
+  static_assert(Part >= 1 && Part <= 3, "fusebox internal: attention_backward part is 1 (dq), 2 (dk|dv) or 3 (all)");
+  static_assert(Part != 3 || Q::desc.shape.extent[1] == K::desc.shape.extent[1],
+                "fusebox internal: attention_backward part 3 needs as many queries as keys");
   static_assert(Q::desc.shape.is_static() && K::desc.shape.is_static() && V::desc.shape.is_static(),
                 "fusebox: attention's gradient needs static shapes (grad() has no run-time path yet)");
   static_assert(O::desc.shape == G::desc.shape, "fusebox internal: attention_backward: gradient and output differ in shape");
@@ -37,7 +43,8 @@ struct attention_backward_node : expr_base {
   static constexpr bool causal = Causal;
   static constexpr std::size_t keys = K::desc.shape.extent[1], head = Q::desc.shape.extent[3];
   static constexpr node_desc desc = [] {
-    node_desc d{node_kind::attention, Part == 1 ? "attention_backward_dq" : "attention_backward_dkv",
+    node_desc d{node_kind::attention,
+                Part == 1 ? "attention_backward_dq" : Part == 2 ? "attention_backward_dkv" : "attention_backward",
                 detail::attention_backward_shape(Part, Q::desc.shape, K::desc.shape, V::desc.shape), Causal ? 1 : 0,
                 false, static_cast<int>(10 * keys * head)};
     d.variant = Part;

@@ -53,7 +53,7 @@ struct node_desc {
   const char* device = "";      ///< pointwise and reduce: the op's CUDA spelling (ops/), "" if it has none
   window win{};                 ///< spatial nodes (conv2d, pooling): op, window, stride, padding (expr/window.hpp)
   std::size_t view_start = 0;   ///< slice views: the first element kept along `axis`; pad: where the operand starts
-  int variant = 0;              ///< attention: 0 the forward, 1 its dq kernel, 2 its dk|dv kernel (expr/grad_nodes.hpp)
+  int variant = 0;              ///< attention: 0 the forward; its gradient kernels: 1 dq, 2 dk|dv, 3 dq|dk|dv (expr/grad_nodes.hpp)
 };
 
 /// An op's CUDA spelling (its `device` member), or "" for an op without one (the CUDA code

@@ -62,20 +62,31 @@ auto attention(const Q& q, const K& k, const V& v, causal_t, std::source_locatio
 }
 
 // ---- derivative (autodiff/rule.hpp): G the incoming gradient, Y the attention node ----
-// dq is one gradient kernel; dk and dv come from one more, [B, Tk, H, E + Ev], as two slices of it
-// (the same node type for both, so the lowering makes it one node and one kernel). Both recompute
-// the softmax from q and k (cpu/attention.hpp): nothing of size T x T is saved or stored.
+// One gradient kernel writes dq | dk | dv side by side when there are as many queries as keys
+// (self-attention, and always when causal); otherwise one writes dq and another dk | dv. Each
+// operand's gradient is a slice of the last dimension (the same node type for the three, so the
+// lowering makes it one node and one kernel). The kernels recompute the softmax from q and k
+// (cpu/attention.hpp): nothing of size T x T is saved or stored.
 namespace autodiff {
 template <class Q, class K, class V, bool Causal>
 struct derivative<attention_node<Q, K, V, Causal>> {
   template <int Part, class G, class Y>
   using part = attention_backward_node<Part, Causal, operand<Y, 0>, operand<Y, 1>, operand<Y, 2>, Y, exact<G, Y>>;
   static constexpr std::size_t e = Q::desc.shape.extent[3], ev = V::desc.shape.extent[3];
+  static constexpr bool fused = Q::desc.shape.extent[1] == K::desc.shape.extent[1];
+  template <std::size_t I, class G, class Y>
+  struct pick {  // fused: dq | dk | dv
+    static constexpr std::size_t begin = I == 0 ? 0 : I == 1 ? e : 2 * e;
+    using type = view_node<ops::slice_view<3, begin, begin + (I == 2 ? ev : e)>, part<3, G, Y>>;
+  };
+  template <std::size_t I, class G, class Y>
+    requires(!fused)
+  struct pick<I, G, Y> {  // dq; dk | dv
+    using type = std::conditional_t<I == 0, part<1, G, Y>,
+                                    view_node<ops::slice_view<3, I == 1 ? 0 : e, I == 1 ? e : e + ev>, part<2, G, Y>>>;
+  };
   template <std::size_t I, class G, class Y, class Ctx>
-  using vjp = std::conditional_t<
-      I == 0, part<1, G, Y>,
-      std::conditional_t<I == 1, view_node<ops::slice_view<3, 0, e>, part<2, G, Y>>,
-                         view_node<ops::slice_view<3, e, e + ev>, part<2, G, Y>>>>;
+  using vjp = typename pick<I, G, Y>::type;
 };
 }  // namespace autodiff
 
