@@ -5,15 +5,26 @@
 //   input grad    dcol [CK, P]  = wᵀ [CK, O] · g[n] [O, P], then dx[n] = col2im(dcol) (a scatter-add)
 //   weight grad   dw [O, CK]   += g[n] [O, P] · col(x[n])ᵀ [P, CK]
 // col(x[n]) is im2col: row ck = (c, kh, kw) holds, for every output pixel, the input element its
-// window puts there (0 in the padding). That layout copies long runs (an output row of OW
-// elements per (ck, oh)) where an "im2row" [P, CK] would copy runs of KW; the forward product then
-// takes gemm's packed path, the weight gradient reads colᵀ in place (gemm's "stream Bᵀ" case).
+// window puts there (0 in the padding).
 //
-// Threads: with at least as many images as threads, a task per image (its col in the worker's
-// own scratch, gemm single-threaded inside the task: a nested parallel_for runs in place); with
-// fewer images, images in turn and gemm threaded. The weight gradient sums images in a fixed
-// number of chunks (each a task, images in order) and then the chunks in order, so its result does
-// not depend on the thread count.
+// The products are gemm's micro-kernel (cpu/gemm.hpp's `tile`) driven from here, not gemm()
+// called per image: gemm would pack its A operand (the weight, as large as an image's col for
+// T2's second layer) again for every image. Here the weight operand is packed into MR-row
+// slivers once per call and shared by every task; the per-image operand is packed into NR-wide
+// panels by the task that uses them:
+//   forward       implicit GEMM: each [CK, NR] panel of col(x[n]) is gathered straight from the
+//                 image (no col buffer); the NR pixels' output runs get the epilogue at once.
+//   input grad    panels of g[n] [O, NR]; dcol per image in the worker's scratch, then col2im.
+//   weight grad   K runs over the pixels of all images of a chunk: the chunk's partial sum stays
+//                 in the C tiles (each element one fma chain over the chunk's images and pixels in
+//                 order), no per-image product buffer and no add pass. A = g[n] (packed per image),
+//                 B = col(x[n])ᵀ (im2col, then panels through gemm's register transposes).
+// Every output element is one chain of fused multiply-adds in increasing k, as gemm's contract
+// says, so the forward and the input gradient equal what gemm() gave bit for bit.
+//
+// Threads: forward and input grad, a task per (image, panel of NR output columns); the weight
+// gradient sums images in a fixed number of chunks (each a task, images in order) and then the
+// chunks in order, so no result depends on the thread count.
 //
 // The epilogue (the planner's fused bias / activation, evaluated in place) is called once per
 // output row run: epilogue(row, j0, n) with row the index over the output's leading dimensions
@@ -166,32 +177,8 @@ matrix_view<T> image_matrix(const strided<T>& g, std::size_t n, T* buf) {
                                          static_cast<std::ptrdiff_t>(j) * g.stride[3]];
   return {buf, static_cast<std::ptrdiff_t>(OH * OW), 1};
 }
-/// w as a row-major [O, CK] matrix: in place, or copied to buf.
-template <class T>
-matrix_view<T> weight_matrix(const strided<T>& w, T* buf) {
-  if (weight_is_matrix(w)) return {w.data, w.stride[0], 1};
-  const std::size_t O = w.shape[0], C = w.shape[1], KH = w.shape[2], KW = w.shape[3];
-  std::size_t k = 0;
-  for (std::size_t o = 0; o < O; ++o)
-    for (std::size_t c = 0; c < C; ++c)
-      for (std::size_t i = 0; i < KH; ++i)
-        for (std::size_t j = 0; j < KW; ++j)
-          buf[k++] = w.data[static_cast<std::ptrdiff_t>(o) * w.stride[0] + static_cast<std::ptrdiff_t>(c) * w.stride[1] +
-                            static_cast<std::ptrdiff_t>(i) * w.stride[2] + static_cast<std::ptrdiff_t>(j) * w.stride[3]];
-  return {buf, static_cast<std::ptrdiff_t>(C * KH * KW), 1};
-}
-
 constexpr conv_geometry conv_geometry_of(const window& win, const dims& x, const dims& w, const dims& y) {
   return {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], win.sh, win.sw, win.ph, win.pw};
-}
-
-/// Runs task(image, worker, gemm_pool_is_nested) over the images: a task per image when there are
-/// at least as many images as threads, else images in turn (gemm then uses the threads).
-template <class F>
-void over_images(std::size_t images, thread_pool& pool, F&& task) {
-  if (images >= pool.size()) pool.parallel_for(images, [&](std::size_t n, unsigned worker) { task(n, worker); });
-  else
-    for (std::size_t n = 0; n < images; ++n) task(n, 0u);
 }
 
 template <class T>
@@ -204,9 +191,161 @@ void require_contiguous(const strided<T>& out, const char* what) {
 /// Number of chunks the weight gradient sums the batch in (fixed: results independent of threads).
 constexpr std::size_t weight_grad_chunks(std::size_t images) { return std::min<std::size_t>(images, 8); }
 
+// ---- the products on gemm's micro-kernel ----
+
+template <class T>
+inline constexpr std::size_t conv_mr = gemm_config<T>::mr;
+template <class T>
+inline constexpr std::size_t conv_nr = gemm_config<T>::nr;
+
+/// Elements of A [M, K] packed as slivers of MR rows (pack_a).
+template <class T>
+constexpr std::size_t packed_a_elems(std::size_t M, std::size_t K) {
+  return (M + conv_mr<T> - 1) / conv_mr<T> * conv_mr<T> * K;
+}
+/// A [M, K] (a strided view) into slivers of MR rows: sliver s at dst + s * K * MR, element
+/// (r, k) of it at [k * MR + r]; rows past M are zero.
+template <class T>
+void pack_a(std::size_t M, std::size_t K, matrix_view<T> a, T* dst) {
+  constexpr std::size_t MR = conv_mr<T>;
+  for (std::size_t i = 0; i < M; i += MR)
+    pack_a_sliver(std::min(MR, M - i), K, a.data + static_cast<std::ptrdiff_t>(i) * a.row_stride, a.row_stride,
+                  a.col_stride, dst + i * K, MR);
+}
+
+/// C [M, n] (row stride ldc) = (or += with `accumulate`) packed A [M, K] · panel [K, NR] (its
+/// columns n..NR zero or ignored). K in blocks of gemm's case-4 KC, so a block of the panel stays
+/// in L1 while every sliver of A passes over it; a block after the first continues the C tile's
+/// chain, so each element is one fma chain in increasing k.
+template <class T>
+void packed_product(std::size_t M, std::size_t K, std::size_t n, const T* ap, const T* panel, T* c, std::ptrdiff_t ldc,
+                    bool accumulate) {
+  constexpr std::size_t MR = conv_mr<T>, NR = conv_nr<T>, KC = gemm_config<T>::kc;
+  for (std::size_t k0 = 0; k0 < K; k0 += KC) {
+    const std::size_t kc = std::min(KC, K - k0);
+    for (std::size_t i = 0; i < M; i += MR)
+      tile<T, MR>(std::min(MR, M - i), n,
+                  kernel_args<T>{kc, ap + i * K + k0 * MR, 0, 0, panel + k0 * NR, static_cast<std::ptrdiff_t>(NR),
+                                 c + static_cast<std::ptrdiff_t>(i) * ldc, ldc, accumulate || k0 > 0});
+  }
+}
+
+/// One output row's piece of a panel of pixels: pixels [p, p + m) are output row oh, columns
+/// [ow, ow + m), at panel column j.
+struct panel_run {
+  std::size_t j, oh, ow, m;
+};
+/// The runs of pixels [p0, p0 + cnt) (at most NR + 1 runs: one per output row touched).
+template <class T>
+std::size_t panel_runs(const conv_geometry& g, std::size_t p0, std::size_t cnt, panel_run* runs) {
+  std::size_t r = 0;
+  for (std::size_t j = 0; j < cnt;) {
+    const std::size_t p = p0 + j, oh = p / g.ow, ow = p % g.ow, m = std::min(g.ow - ow, cnt - j);
+    runs[r++] = {j, oh, ow, m};
+    j += m;
+  }
+  return r;
+}
+
+/// The implicit im2col: panel[ck * NR + j] = col(x[n])[ck, p0 + j] for j < cnt, 0 for the rest
+/// of the NR columns (the runs from panel_runs).
+template <class T>
+void pack_image_panel(const strided<T>& x, std::size_t n, const conv_geometry& g, const panel_run* runs,
+                      std::size_t nruns, std::size_t cnt, T* panel) {
+  constexpr std::size_t NR = conv_nr<T>;
+  const std::ptrdiff_t s1 = x.stride[1], s2 = x.stride[2], s3 = x.stride[3];
+  const T* img = x.data + static_cast<std::ptrdiff_t>(n) * x.stride[0];
+  const bool unit = g.sw == 1 && s3 == 1;
+  T* d = panel;
+  for (std::size_t c = 0; c < g.c; ++c)
+    for (std::size_t kh = 0; kh < g.kh; ++kh)
+      for (std::size_t kw = 0; kw < g.kw; ++kw, d += NR) {
+        std::size_t lo, hi;
+        valid_range(g.ow, g.w, g.sw, g.pw, kw, lo, hi);
+        const std::ptrdiff_t iw0 = static_cast<std::ptrdiff_t>(kw) - g.pw;
+        for (std::size_t r = 0; r < nruns; ++r) {
+          const panel_run& u = runs[r];
+          T* o = d + u.j;
+          const std::ptrdiff_t ih = static_cast<std::ptrdiff_t>(u.oh) * g.sh - g.ph + static_cast<std::ptrdiff_t>(kh);
+          if (ih < 0 || ih >= static_cast<std::ptrdiff_t>(g.h)) {
+            for (std::size_t t = 0; t < u.m; ++t) o[t] = T(0);
+            continue;
+          }
+          const T* src = img + static_cast<std::ptrdiff_t>(c) * s1 + ih * s2;
+          const std::size_t a = std::clamp(lo, u.ow, u.ow + u.m), b = std::clamp(hi, a, u.ow + u.m);
+          for (std::size_t ow = u.ow; ow < a; ++ow) o[ow - u.ow] = T(0);
+          if (unit) {
+            const T* from = src + iw0;
+            for (std::size_t ow = a; ow < b; ++ow) o[ow - u.ow] = from[ow];
+          } else {
+            for (std::size_t ow = a; ow < b; ++ow)
+              o[ow - u.ow] = src[(static_cast<std::ptrdiff_t>(ow) * g.sw + iw0) * s3];
+          }
+          for (std::size_t ow = b; ow < u.ow + u.m; ++ow) o[ow - u.ow] = T(0);
+        }
+        for (std::size_t j = cnt; j < NR; ++j) d[j] = T(0);
+      }
+}
+
+/// w [O, C, KH, KW] as the packed A of the forward (A = w [O, CK]) or of the input gradient
+/// (A = wᵀ [CK, O]).
+template <class T>
+void pack_weight(const strided<T>& w, bool transposed, T* dst) {
+  const std::size_t O = w.shape[0], KH = w.shape[2], KW = w.shape[3], CK = w.shape[1] * KH * KW;
+  if (weight_is_matrix(w)) {
+    if (transposed) pack_a(CK, O, matrix_view<T>{w.data, 1, w.stride[0]}, dst);
+    else pack_a(O, CK, matrix_view<T>{w.data, w.stride[0], 1}, dst);
+    return;
+  }
+  constexpr std::size_t MR = conv_mr<T>;
+  const std::size_t M = transposed ? CK : O, K = transposed ? O : CK, rows = packed_a_elems<T>(M, K) / (K ? K : 1);
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t k = 0; k < K; ++k) {
+      T v = T(0);
+      if (i < M) {
+        const std::size_t o = transposed ? k : i, ck = transposed ? i : k;
+        const std::size_t c = ck / (KH * KW), kh = ck / KW % KH, kw = ck % KW;
+        v = w.data[static_cast<std::ptrdiff_t>(o) * w.stride[0] + static_cast<std::ptrdiff_t>(c) * w.stride[1] +
+                   static_cast<std::ptrdiff_t>(kh) * w.stride[2] + static_cast<std::ptrdiff_t>(kw) * w.stride[3]];
+      }
+      dst[i / MR * K * MR + k * MR + i % MR] = v;
+    }
+}
+
 }  // namespace detail
 
 // ---- workspace: what each kernel needs, for the executors to size before a call ----
+
+namespace detail {
+/// Bytes of each piece of a conv kernel's workspace (each rounded to 64): shared by the tasks
+/// (the packed weight; the weight gradient's chunk partials) and per worker.
+struct conv_sizes {
+  std::size_t shared = 0, per_worker = 0;
+  std::size_t col = 0, g_image = 0, panel = 0, a_pack = 0;  // the per-worker pieces, in this order
+};
+template <class T>
+constexpr conv_sizes conv_sizes_of(spatial_op op, const conv_geometry& g) {
+  const std::size_t CK = g.ck(), P = g.pixels(), NR = conv_nr<T>;
+  conv_sizes s;
+  if (op == spatial_op::conv2d) {
+    s.shared = round64(packed_a_elems<T>(g.o, CK) * sizeof(T));
+    s.panel = round64(CK * NR * sizeof(T));
+  } else if (op == spatial_op::conv2d_input_grad) {
+    s.shared = round64(packed_a_elems<T>(CK, g.o) * sizeof(T));
+    s.col = round64(CK * P * sizeof(T));
+    s.g_image = round64(g.o * P * sizeof(T));
+    s.panel = round64(g.o * NR * sizeof(T));
+  } else {  // weight grad: the chunks' partial sums
+    s.shared = weight_grad_chunks(g.n) * round64(g.o * CK * sizeof(T));
+    s.col = round64(CK * P * sizeof(T));
+    s.g_image = round64(g.o * P * sizeof(T));
+    s.panel = round64(P * NR * sizeof(T));
+    s.a_pack = round64(packed_a_elems<T>(g.o, P) * sizeof(T));
+  }
+  s.per_worker = s.col + s.g_image + s.panel + s.a_pack;
+  return s;
+}
+}  // namespace detail
 
 /// Bytes of workspace conv kernel `op` needs (x: the image operand's shape, w: the weight's, y:
 /// the convolution's output [N, O, OH, OW]).
@@ -216,16 +355,8 @@ constexpr std::size_t conv_workspace_bytes(spatial_op op, const window& win, con
   using detail::round64;
   if (threads == 0) threads = 1;
   const detail::conv_geometry g = detail::conv_geometry_of(win, x, w, y);
-  const std::size_t CK = g.ck(), P = g.pixels();
-  std::size_t shared = round64(g.o * CK * sizeof(T)) + 64;  // a contiguous copy of w; alignment slack
-  std::size_t per_worker = round64(CK * P * sizeof(T)) + round64(g.o * P * sizeof(T));  // col, g image
-  if (op == spatial_op::conv2d) per_worker += round64(gemm_workspace_bytes<T>(1, g.o, P, CK, threads));
-  if (op == spatial_op::conv2d_input_grad) per_worker += round64(gemm_workspace_bytes<T>(1, CK, P, g.o, threads));
-  if (op == spatial_op::conv2d_weight_grad) {
-    per_worker += round64(gemm_workspace_bytes<T>(1, g.o, CK, P, threads)) + round64(g.o * CK * sizeof(T));
-    shared += detail::weight_grad_chunks(g.n) * round64(g.o * CK * sizeof(T));
-  }
-  return shared + per_worker * threads;
+  const detail::conv_sizes s = detail::conv_sizes_of<T>(op, g);
+  return s.shared + s.per_worker * threads + 64;  // alignment slack
 }
 
 namespace detail {
@@ -233,7 +364,6 @@ struct conv_scratch {
   std::byte* shared;
   std::byte* worker0;
   std::size_t per_worker;
-  std::size_t gemm_bytes;
 };
 template <class T>
 conv_scratch carve_conv(spatial_op op, const conv_geometry& g, unsigned threads, std::span<std::byte> ws) {
@@ -243,37 +373,28 @@ conv_scratch carve_conv(spatial_op op, const conv_geometry& g, unsigned threads,
   if (ws.size() < need)
     throw invalid_argument("fusebox internal: " + std::string(name(op)) + " needs " + std::to_string(need) +
                            " bytes of workspace, got " + std::to_string(ws.size()));
-  const std::size_t CK = g.ck(), P = g.pixels();
-  std::size_t gemm_bytes = 0, extra = 0;
-  if (op == spatial_op::conv2d) gemm_bytes = gemm_workspace_bytes<T>(1, g.o, P, CK, threads);
-  if (op == spatial_op::conv2d_input_grad) gemm_bytes = gemm_workspace_bytes<T>(1, CK, P, g.o, threads);
-  if (op == spatial_op::conv2d_weight_grad) {
-    gemm_bytes = gemm_workspace_bytes<T>(1, g.o, CK, P, threads);
-    extra = round64(g.o * CK * sizeof(T));
-  }
-  const std::size_t per_worker = round64(CK * P * sizeof(T)) + round64(g.o * P * sizeof(T)) + round64(gemm_bytes) + extra;
+  const conv_sizes s = conv_sizes_of<T>(op, g);
   std::byte* base = ws.data() + (64 - reinterpret_cast<std::uintptr_t>(ws.data()) % 64) % 64;
-  const std::size_t shared = round64(g.o * CK * sizeof(T)) +
-                             (op == spatial_op::conv2d_weight_grad ? weight_grad_chunks(g.n) * round64(g.o * CK * sizeof(T)) : 0);
-  return {base, base + shared, per_worker, gemm_bytes};
+  return {base, base + s.shared, s.per_worker};
 }
-/// A worker's pieces: col [CK, P], an image of g [O, P], gemm's workspace, (weight grad) a product [O, CK].
+/// A worker's pieces (those its op uses): col [CK, P], an image of g [O, P], a packed panel
+/// [K, NR], packed slivers of g[n] (weight grad).
 template <class T>
 struct worker_scratch {
   T* col;
   T* g_image;
-  std::span<std::byte> gemm_ws;
-  T* product;
+  T* panel;
+  T* a_pack;
 };
 template <class T>
-worker_scratch<T> worker_pieces(const conv_scratch& s, const conv_geometry& g, unsigned worker) {
-  carver c{s.worker0 + worker * s.per_worker};
+worker_scratch<T> worker_pieces(spatial_op op, const conv_scratch& s, const conv_geometry& g, unsigned worker) {
+  const conv_sizes z = conv_sizes_of<T>(op, g);
+  std::byte* at = s.worker0 + worker * s.per_worker;
   worker_scratch<T> w;
-  w.col = c.take<T>(g.ck() * g.pixels());
-  w.g_image = c.take<T>(g.o * g.pixels());
-  w.gemm_ws = std::span<std::byte>(c.at, s.gemm_bytes);
-  c.at += round64(s.gemm_bytes);
-  w.product = c.take<T>(g.o * g.ck());
+  w.col = reinterpret_cast<T*>(at);
+  w.g_image = reinterpret_cast<T*>(at + z.col);
+  w.panel = reinterpret_cast<T*>(at + z.col + z.g_image);
+  w.a_pack = reinterpret_cast<T*>(at + z.col + z.g_image + z.panel);
   return w;
 }
 }  // namespace detail
@@ -286,25 +407,26 @@ void conv2d_forward(const window& win, const strided<T>& x, const strided<T>& w,
                     std::span<std::byte> ws, Epilogue&& epilogue) {
   detail::require_contiguous(y, "conv2d");
   const detail::conv_geometry g = detail::conv_geometry_of(win, x.shape, w.shape, y.shape);
-  if (g.n == 0 || g.o == 0 || g.pixels() == 0) return;
+  const std::size_t CK = g.ck(), P = g.pixels(), NR = detail::conv_nr<T>;
+  if (g.n == 0 || g.o == 0 || P == 0) return;
   const auto s = detail::carve_conv<T>(spatial_op::conv2d, g, pool.size(), ws);
-  const matrix_view<T> wm = detail::weight_matrix(w, reinterpret_cast<T*>(s.shared));
-  const std::size_t CK = g.ck(), P = g.pixels();
-  detail::over_images(g.n, pool, [&](std::size_t n, unsigned worker) {
-    const auto piece = detail::worker_pieces<T>(s, g, worker);
-    detail::im2col(x, n, g, piece.col);
-    T* out = y.data + n * g.o * P;
-    gemm<T>(1, g.o, P, CK, wm, 0, matrix_view<T>{piece.col, static_cast<std::ptrdiff_t>(P), 1}, 0, out,
-            static_cast<std::ptrdiff_t>(P), 0,
-            [&](std::size_t, std::size_t o, std::size_t j0, std::size_t cnt, T*) {
-              // A run of output channel o over pixels [j0, j0 + cnt): split at output rows.
-              for (std::size_t j = j0; j < j0 + cnt;) {
-                const std::size_t oh = j / g.ow, ow = j % g.ow, m = std::min(g.ow - ow, j0 + cnt - j);
-                epilogue((n * g.o + o) * g.oh + oh, ow, m);
-                j += m;
-              }
-            },
-            pool, piece.gemm_ws);
+  T* const ap = reinterpret_cast<T*>(s.shared);
+  detail::pack_weight(w, false, ap);
+  const std::size_t panels = (P + NR - 1) / NR;
+  pool.parallel_for(g.n * panels, [&](std::size_t t, unsigned worker) {
+    const std::size_t n = t / panels, p0 = t % panels * NR, cnt = std::min(NR, P - p0);
+    const auto piece = detail::worker_pieces<T>(spatial_op::conv2d, s, g, worker);
+    detail::panel_run runs[detail::conv_nr<T> + 1];
+    const std::size_t nruns = detail::panel_runs<T>(g, p0, cnt, runs);
+    T* out = y.data + n * g.o * P + p0;
+    if (CK == 0)
+      for (std::size_t o = 0; o < g.o; ++o) std::fill(out + o * P, out + o * P + cnt, T(0));
+    else {
+      detail::pack_image_panel(x, n, g, runs, nruns, cnt, piece.panel);
+      detail::packed_product(g.o, CK, cnt, ap, piece.panel, out, static_cast<std::ptrdiff_t>(P), false);
+    }
+    for (std::size_t o = 0; o < g.o; ++o)
+      for (std::size_t r = 0; r < nruns; ++r) epilogue((n * g.o + o) * g.oh + runs[r].oh, runs[r].ow, runs[r].m);
   });
 }
 
@@ -316,14 +438,23 @@ void conv2d_input_grad(const window& win, const strided<T>& gy, const strided<T>
   const detail::conv_geometry g = detail::conv_geometry_of(win, dx.shape, w.shape, gy.shape);
   if (g.n == 0 || g.c * g.h * g.w == 0) return;
   const auto s = detail::carve_conv<T>(spatial_op::conv2d_input_grad, g, pool.size(), ws);
-  const matrix_view<T> wm = detail::weight_matrix(w, reinterpret_cast<T*>(s.shared));
-  const matrix_view<T> wt{wm.data, 1, wm.row_stride};  // wᵀ [CK, O]
-  const std::size_t CK = g.ck(), P = g.pixels();
-  detail::over_images(g.n, pool, [&](std::size_t n, unsigned worker) {
-    const auto piece = detail::worker_pieces<T>(s, g, worker);
+  T* const ap = reinterpret_cast<T*>(s.shared);
+  detail::pack_weight(w, true, ap);
+  const std::size_t CK = g.ck(), P = g.pixels(), NR = detail::conv_nr<T>;
+  // A task per image: col2im scatters over the whole image, so its panels go together.
+  pool.parallel_for(g.n, [&](std::size_t n, unsigned worker) {
+    const auto piece = detail::worker_pieces<T>(spatial_op::conv2d_input_grad, s, g, worker);
     const matrix_view<T> gi = detail::image_matrix(gy, n, piece.g_image);
-    gemm<T>(1, CK, P, g.o, wt, 0, gi, 0, piece.col, static_cast<std::ptrdiff_t>(P), 0, no_epilogue{}, pool,
-            piece.gemm_ws);
+    for (std::size_t p0 = 0; p0 < P; p0 += NR) {
+      const std::size_t cnt = std::min(NR, P - p0);
+      if (g.o == 0) {
+        for (std::size_t i = 0; i < CK; ++i) std::fill(piece.col + i * P + p0, piece.col + i * P + p0 + cnt, T(0));
+        continue;
+      }
+      detail::pack_b_panel(cnt, g.o, gi.data + static_cast<std::ptrdiff_t>(p0) * gi.col_stride, gi.row_stride,
+                           gi.col_stride, piece.panel, NR);
+      detail::packed_product(CK, g.o, cnt, ap, piece.panel, piece.col + p0, static_cast<std::ptrdiff_t>(P), false);
+    }
     T* out = dx.data + n * g.c * g.h * g.w;
     detail::col2im(piece.col, g, out);
     for (std::size_t r = 0; r < g.c * g.h; ++r) epilogue(n * g.c * g.h + r, 0, g.w);
@@ -337,7 +468,7 @@ void conv2d_weight_grad(const window& win, const strided<T>& gy, const strided<T
                         thread_pool& pool, std::span<std::byte> ws, Epilogue&& epilogue) {
   detail::require_contiguous(dw, "conv2d_weight_grad");
   const detail::conv_geometry g = detail::conv_geometry_of(win, x.shape, dw.shape, gy.shape);
-  const std::size_t CK = g.ck(), P = g.pixels();
+  const std::size_t CK = g.ck(), P = g.pixels(), NR = detail::conv_nr<T>;
   if (g.o * CK == 0) return;
   if (g.n == 0 || P == 0) {
     std::fill(dw.data, dw.data + g.o * CK, T(0));
@@ -345,27 +476,29 @@ void conv2d_weight_grad(const window& win, const strided<T>& gy, const strided<T
     return;
   }
   const auto s = detail::carve_conv<T>(spatial_op::conv2d_weight_grad, g, pool.size(), ws);
-  T* partials = reinterpret_cast<T*>(s.shared + detail::round64(g.o * CK * sizeof(T)));
+  T* partials = reinterpret_cast<T*>(s.shared);
   const std::size_t part_stride = detail::round64(g.o * CK * sizeof(T)) / sizeof(T);
   const std::size_t chunks = detail::weight_grad_chunks(g.n);
-  auto chunk_task = [&](std::size_t ch, unsigned worker) {
-    const auto piece = detail::worker_pieces<T>(s, g, worker);
+  // Chunk ch's partial [O, CK] = sum over its images n, in order, of g[n] [O, P] · col(x[n])ᵀ [P, CK]:
+  // per image, A = g[n] packed, then for each panel of NR columns of colᵀ, the product continues
+  // the partial's chains (the first image of the chunk starts them).
+  pool.parallel_for(chunks, [&](std::size_t ch, unsigned worker) {
+    const auto piece = detail::worker_pieces<T>(spatial_op::conv2d_weight_grad, s, g, worker);
     T* part = partials + ch * part_stride;
     const std::size_t n0 = ch * g.n / chunks, n1 = (ch + 1) * g.n / chunks;
     for (std::size_t n = n0; n < n1; ++n) {
       detail::im2col(x, n, g, piece.col);
       const matrix_view<T> gi = detail::image_matrix(gy, n, piece.g_image);
-      T* dst = n == n0 ? part : piece.product;
-      // colᵀ [P, CK] read in place: B(k = pixel, j = ck) = col[ck * P + pixel].
-      gemm<T>(1, g.o, CK, P, gi, 0, matrix_view<T>{piece.col, 1, static_cast<std::ptrdiff_t>(P)}, 0, dst,
-              static_cast<std::ptrdiff_t>(CK), 0, no_epilogue{}, pool, piece.gemm_ws);
-      if (n != n0)
-        for (std::size_t i = 0; i < g.o * CK; ++i) part[i] += piece.product[i];
+      detail::pack_a(g.o, P, gi, piece.a_pack);
+      for (std::size_t j0 = 0; j0 < CK; j0 += NR) {
+        const std::size_t cnt = std::min(NR, CK - j0);
+        // colᵀ [P, CK]: B(k = pixel, j = ck) = col[ck * P + pixel], through register transposes.
+        detail::pack_b_panel(cnt, P, piece.col + j0 * P, 1, static_cast<std::ptrdiff_t>(P), piece.panel, NR);
+        detail::packed_product(g.o, P, cnt, piece.a_pack, piece.panel, part + j0, static_cast<std::ptrdiff_t>(CK),
+                               n != n0);
+      }
     }
-  };
-  if (chunks >= pool.size()) pool.parallel_for(chunks, chunk_task);
-  else
-    for (std::size_t ch = 0; ch < chunks; ++ch) chunk_task(ch, 0u);
+  });
   // The chunks in order, a task per output channel; then its rows' epilogue.
   pool.parallel_for(g.o, [&](std::size_t o, unsigned) {
     T* out = dw.data + o * CK;
