@@ -2,7 +2,7 @@
 // gradient kernels, cpu/attention.hpp) and of slice (ops/layout.hpp: a zero-padded gradient),
 // through value_and_grad eager and compiled, against central finite differences in double on every
 // element (tests/autodiff/check_grad.hpp): causal and not, more keys than queries, a value head dim
-// other than the query's, strided operands (q, k, v sliced from one packed projection, so one
+// other than the query's (two gradient kernels) and equal (one), strided operands (q, k, v sliced from one packed projection, so one
 // gradient [.., 3C] gathers three), slices along every axis, overlapping slices, an unread part.
 // Losses weigh the result with a random tensor so every element's gradient differs.
 #include <catch2/catch.hpp>
@@ -35,6 +35,16 @@ TEST_CASE("autodiff: attention's derivative matches central differences (causal 
                return total(fb::attention(a, b, c, fb::causal) * r);
              },
              fb::wrt<0, 1, 2>, qc, kc, vc, wc);
+  // E == Ev: the three gradients from one kernel ([B, T, 3, H, E]); above, Ev != E: two kernels.
+  const auto ve = signed_tensor<fb::shape<2, 4, 2, 3>>(7116, 0.1, 1.5);
+  check_grad("causal attention, one gradient kernel",
+             [](const auto& a, const auto& b, const auto& c, const auto& r) {
+               return total(fb::attention(a, b, c, fb::causal) * r);
+             },
+             fb::wrt<0, 1, 2>, qc, kc, ve, signed_tensor<fb::shape<2, 4, 2, 3>>(7117));
+  check_grad("attention, 4 queries, 4 keys, one gradient kernel",
+             [](const auto& a, const auto& b, const auto& c, const auto& r) { return total(fb::attention(a, b, c) * r); },
+             fb::wrt<0, 1, 2>, qc, kc, ve, signed_tensor<fb::shape<2, 4, 2, 3>>(7118));
   // The same operand as q, k and v (self-attention of one tensor): three contributions added.
   check_grad("causal attention(x, x, x), squared",
              [](const auto& a, const auto& r) {

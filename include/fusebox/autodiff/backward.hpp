@@ -29,6 +29,7 @@
 #include "fusebox/autodiff/rule.hpp"
 #include "fusebox/autodiff/sym.hpp"
 #include "fusebox/expr/node.hpp"
+#include "fusebox/ir/graph.hpp"
 #include "fusebox/meta/type_list.hpp"
 #include "fusebox/ops/elementwise.hpp"
 #include "fusebox/ops/reduce.hpp"
@@ -46,6 +47,8 @@ struct no_derivative {
 }  // namespace static_check
 
 namespace detail {
+
+inline constexpr std::size_t ir_max_inputs = static_cast<std::size_t>(ir::max_inputs);  // a node's operands
 
 // ---- edges into a node ----
 
@@ -132,6 +135,19 @@ struct add_grads<no_grad, B> {
 template <>
 struct add_grads<no_grad, no_grad> {
   using type = no_grad;
+};
+// The pads of adjacent slices (a slice's gradient: ops/layout.hpp) are one pad of both operands,
+// side by side: q | k | v sliced from one projection get one [.., 3C] gradient, written by one
+// kernel, instead of three zero-filled tensors and a sum.
+template <std::size_t A, std::size_t B1, std::size_t T, class... G1, std::size_t B2, class... G2>
+  requires(sizeof...(G1) + sizeof...(G2) <= ir_max_inputs && sym::pad<A, B1, T, G1...>::end == B2)
+struct add_grads<sym::pad<A, B1, T, G1...>, sym::pad<A, B2, T, G2...>> {
+  using type = sym::pad<A, B1, T, G1..., G2...>;
+};
+template <std::size_t A, std::size_t B1, std::size_t T, class... G1, std::size_t B2, class... G2>
+  requires(sizeof...(G1) + sizeof...(G2) <= ir_max_inputs && sym::pad<A, B2, T, G2...>::end == B1)
+struct add_grads<sym::pad<A, B1, T, G1...>, sym::pad<A, B2, T, G2...>> {
+  using type = sym::pad<A, B2, T, G2..., G1...>;
 };
 
 template <class Tape, class N, bool IsRoot = std::is_same_v<N, typename Tape::root>>

@@ -100,11 +100,12 @@ struct eager_node<T, sym::attention_backward<Part, Causal, Q, K, V, O, G>, Value
     return evaluate(e, fusebox::detail::eager_runtime());
   }
 };
-template <class T, std::size_t Axis, std::size_t Begin, std::size_t Total, class G, class Values, class Nodes>
-struct eager_node<T, sym::pad<Axis, Begin, Total, G>, Values, Nodes> {
+template <class T, std::size_t Axis, std::size_t Begin, std::size_t Total, class... G, class Values, class Nodes>
+struct eager_node<T, sym::pad<Axis, Begin, Total, G...>, Values, Nodes> {
   template <class Inputs>
   static auto run(const Values& values, const Inputs&) {
-    const pad_node<Axis, Begin, Total, leaf_of<T, G>> e{{}, {{}, operand_value<T, G, Values, Nodes>(values).view()}};
+    const pad_node<Axis, Begin, Total, leaf_of<T, G>...> e{
+        {}, {leaf_of<T, G>{{}, operand_value<T, G, Values, Nodes>(values).view()}...}};
     return evaluate(e, fusebox::detail::eager_runtime());
   }
 };

@@ -76,6 +76,53 @@ using exact = std::conditional_t<G::desc.shape == Ref::desc.shape, G, pointwise<
 template <class G>
 using contiguous = std::conditional_t<detail::is_view_v<G>, pointwise<ops::expand_as, G, G>, G>;
 
+namespace detail {
+/// The strides of E's elements as the planner lays them out: a node that is not a view is its
+/// own contiguous buffer (as contiguous<> assumes); a view transforms its operand's strides.
+/// `ok` is false where a reshape in the chain would not be a view (it throws when bound).
+template <class E>
+struct static_strides {
+  static constexpr strides_t value = contiguous_strides(E::desc.shape);
+  static constexpr bool ok = true;
+};
+template <class E>
+  requires(E::desc.kind == node_kind::view)
+struct static_strides<E> {
+  using A = meta::at_t<0, typename E::children>;
+  static constexpr auto compute() {
+    struct result {
+      strides_t s;
+      bool ok;
+    } r{static_strides<A>::value, static_strides<A>::ok};
+    if (E::desc.view_a >= 0) {  // transpose
+      const auto t = r.s[static_cast<std::size_t>(E::desc.view_a)];
+      r.s[static_cast<std::size_t>(E::desc.view_a)] = r.s[static_cast<std::size_t>(E::desc.view_b)];
+      r.s[static_cast<std::size_t>(E::desc.view_b)] = t;
+    } else if (E::desc.axis < 0) {  // reshape (a slice keeps its operand's strides)
+      strides_t out{};
+      r.ok = r.ok && view_strides(A::desc.shape, r.s, E::desc.shape, out);
+      r.s = out;
+    }
+    return r;
+  }
+  static constexpr strides_t value = compute().s;
+  static constexpr bool ok = compute().ok;
+};
+template <class G, class S>
+constexpr bool reshapes_in_place() {
+  if constexpr (!is_view_v<G>) return true;
+  else {
+    strides_t out{};
+    return static_strides<G>::ok && view_strides(G::desc.shape, static_strides<G>::value, dims_of(S{}), out);
+  }
+}
+}  // namespace detail
+
+/// G as something a reshape to S can view: G itself where its strides allow that reshape (a
+/// gradient kernel's output read through slices, say), else a contiguous copy.
+template <class G, class S>
+using reshapable = std::conditional_t<detail::reshapes_in_place<G, S>(), G, contiguous<G>>;
+
 /// Transpose of the last two dimensions (a view).
 template <class X>
 using transposed = view_node<ops::transpose_view<X::desc.shape.rank - 2, X::desc.shape.rank - 1>, X>;

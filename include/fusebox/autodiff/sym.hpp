@@ -112,12 +112,14 @@ struct attention_backward : expr_base {
   static constexpr bool fullgraph = Q::fullgraph || K::fullgraph || V::fullgraph || O::fullgraph || G::fullgraph;
 };
 
-template <std::size_t Axis, std::size_t Begin, std::size_t Total, class G>
+template <std::size_t Axis, std::size_t Begin, std::size_t Total, class... G>
 struct pad : expr_base {
-  using value_type = typename G::value_type;
-  using children = meta::type_list<G>;
-  static constexpr node_desc desc = fusebox::pad_node<Axis, Begin, Total, detail::stand_in<G>>::desc;
-  static constexpr bool has_payload = G::has_payload, symbolic = G::symbolic, fullgraph = G::fullgraph;
+  using value_type = typename meta::at_t<0, meta::type_list<G...>>::value_type;
+  using children = meta::type_list<G...>;
+  static constexpr node_desc desc = fusebox::pad_node<Axis, Begin, Total, detail::stand_in<G>...>::desc;
+  static constexpr std::size_t end = fusebox::pad_node<Axis, Begin, Total, detail::stand_in<G>...>::end;
+  static constexpr bool has_payload = (G::has_payload || ...);
+  static constexpr bool symbolic = (G::symbolic || ...), fullgraph = (G::fullgraph || ...);
 };
 
 }  // namespace sym
@@ -156,9 +158,9 @@ struct to_sym<attention_backward_node<Part, Causal, Q, K, V, O, G>> {
   using type = sym::attention_backward<Part, Causal, typename to_sym<Q>::type, typename to_sym<K>::type,
                                        typename to_sym<V>::type, typename to_sym<O>::type, typename to_sym<G>::type>;
 };
-template <std::size_t Axis, std::size_t Begin, std::size_t Total, class G>
-struct to_sym<pad_node<Axis, Begin, Total, G>> {
-  using type = sym::pad<Axis, Begin, Total, typename to_sym<G>::type>;
+template <std::size_t Axis, std::size_t Begin, std::size_t Total, class... G>
+struct to_sym<pad_node<Axis, Begin, Total, G...>> {
+  using type = sym::pad<Axis, Begin, Total, typename to_sym<G>::type...>;
 };
 }  // namespace detail
 

@@ -8,7 +8,7 @@
 // computes them, with the softmax recomputed rather than saved: per query row the log-sum-exp
 // L_i of the scaled scores and D_i = g_i · o_i, then per (query, key) pair p = exp(s - L_i),
 // dp = g_i · v_j, ds = p (dp - D_i), and dq_i += ds k_j, dk_j += ds q_i, dv_j += p g_i (dq, dk
-// scaled by 1/sqrt(E)). Part 3 (as many queries as keys) writes dq | dk | dv side by side, a task
+// scaled by 1/sqrt(E)). Part 3 (as many queries as keys, E == Ev) writes [B, T, 3, H, E], a task
 // per (batch, head): L and D of its rows first, then each key row against the query rows that see
 // it, dq rows accumulated in the task (FlashAttention-2 adds them with atomics across blocks; a
 // task owning its (batch, head) needs none, and the sums do not depend on the thread count).
@@ -132,8 +132,8 @@ void attention(const strided<T>& q, const strided<T>& k, const strided<T>& v, co
 }
 
 
-/// Part 1: dq [B, Tq, H, E]; part 2: dk | dv [B, Tk, H, E + Ev]; part 3 (Tq == Tk): dq | dk | dv
-/// [B, T, H, 2E + Ev], of o = attention(q, k, v, causal)
+/// Part 1: dq [B, Tq, H, E]; part 2: dk | dv [B, Tk, H, E + Ev]; part 3 (Tq == Tk, E == Ev): dq, dk,
+/// dv as [B, T, 3, H, E], of o = attention(q, k, v, causal)
 /// at the gradient g (shaped like o). See the header comment.
 template <class T>
 void attention_backward(const strided<T>& q, const strided<T>& k, const strided<T>& v, const strided<T>& o,
@@ -162,6 +162,11 @@ void attention_backward(const strided<T>& q, const strided<T>& k, const strided<
     d = detail::attention_dot<A>(attention_row(g, b, i, h), gs, attention_row(o, b, i, h), os, Ev);
   };
   if (part == 3) {  // a task per (batch, head): every pair once; dq rows accumulated in the task
+    const std::ptrdiff_t out5 = out.stride[4];  // out is [B, T, 3, H, E]: dq, dk, dv at index 0, 1, 2
+    auto grad_row = [&](std::size_t b, std::size_t t, std::size_t which, std::size_t h) {
+      return out.data + static_cast<std::ptrdiff_t>(b) * out.stride[0] + static_cast<std::ptrdiff_t>(t) * out.stride[1] +
+             static_cast<std::ptrdiff_t>(which) * out.stride[2] + static_cast<std::ptrdiff_t>(h) * out.stride[3];
+    };
     pool.parallel_for(B * H, [&](std::size_t task, unsigned) {
       const std::size_t h = task % H, b = task / H;
       std::vector<A> st(2 * Tq), dq(Tq * E, A{0});
@@ -179,14 +184,13 @@ void attention_backward(const strided<T>& q, const strided<T>& k, const strided<
           detail::attention_axpy(acc + E, p, gi, gs, Ev);
           detail::attention_axpy(dq.data() + i * E, ds, kj, ks, E);
         }
-        T* row = const_cast<T*>(attention_row(out, b, j, h));
-        for (std::size_t e = 0; e < E; ++e) row[static_cast<std::ptrdiff_t>(E + e) * outs] = static_cast<T>(scale * acc[e]);
-        for (std::size_t e = 0; e < Ev; ++e)
-          row[static_cast<std::ptrdiff_t>(2 * E + e) * outs] = static_cast<T>(acc[E + e]);
+        T *dk = grad_row(b, j, 1, h), *dv = grad_row(b, j, 2, h);
+        for (std::size_t e = 0; e < E; ++e) dk[static_cast<std::ptrdiff_t>(e) * out5] = static_cast<T>(scale * acc[e]);
+        for (std::size_t e = 0; e < Ev; ++e) dv[static_cast<std::ptrdiff_t>(e) * out5] = static_cast<T>(acc[E + e]);
       }
       for (std::size_t i = 0; i < Tq; ++i) {
-        T* row = const_cast<T*>(attention_row(out, b, i, h));
-        for (std::size_t e = 0; e < E; ++e) row[static_cast<std::ptrdiff_t>(e) * outs] = static_cast<T>(scale * dq[i * E + e]);
+        T* row = grad_row(b, i, 0, h);
+        for (std::size_t e = 0; e < E; ++e) row[static_cast<std::ptrdiff_t>(e) * out5] = static_cast<T>(scale * dq[i * E + e]);
       }
     });
     return;
@@ -237,36 +241,64 @@ void attention_backward(const strided<T>& q, const strided<T>& k, const strided<
   });
 }
 
-/// out = g placed at [start, start + g's extent) of dimension `axis`, zeros elsewhere (the
-/// gradient of a slice: expr/grad_nodes.hpp's pad_node). out is contiguous (the planner's buffer);
-/// g is read through its strides. Rows of the last dimension are split over threads.
+/// out = the n operands side by side along dimension `axis` from `start` on, zeros elsewhere (a
+/// slice's gradient, or the joined gradients of adjacent slices: expr/grad_nodes.hpp's pad_node).
+/// Operands are read through their strides (views of a gradient kernel's output); out through its
+/// own. Rows of the last dimension are split over threads.
 template <class T>
-void pad(const strided<T>& g, const strided<T>& out, std::size_t axis, std::size_t start, thread_pool& pool) {
+void pad(const strided<T>* in, int n, const strided<T>& out, std::size_t axis, std::size_t start, thread_pool& pool) {
   const std::size_t r = out.shape.rank, W = out.shape[r - 1];
   const std::size_t rows = W ? out.size() / W : 0;
   const std::size_t per = std::max<std::size_t>(1, (std::size_t{1} << 14) / std::max<std::size_t>(W, 1));
+  std::size_t begin[8] = {}, end[8] = {};  // each operand's range along axis
+  for (int k = 0, at = static_cast<int>(start); k < n; ++k) {
+    begin[k] = static_cast<std::size_t>(at);
+    at += static_cast<int>(in[k].shape[axis]);
+    end[k] = static_cast<std::size_t>(at);
+  }
+  auto owner = [&](std::size_t c) {  // the operand holding index c along axis, or -1
+    for (int k = 0; k < n; ++k)
+      if (c >= begin[k] && c < end[k]) return k;
+    return -1;
+  };
   pool.parallel_for((rows + per - 1) / per, [&](std::size_t task, unsigned) {
-    for (std::size_t row = task * per, end = std::min(rows, row + per); row < end; ++row) {
-      std::ptrdiff_t src = 0, dst = 0;
-      bool inside = true;
+    std::size_t idx[max_rank] = {};
+    for (std::size_t row = task * per, last = std::min(rows, row + per); row < last; ++row) {
       std::size_t rest = row;
       for (std::size_t d = r - 1; d-- > 0;) {
-        std::size_t c = rest % out.shape[d];
+        idx[d] = rest % out.shape[d];
         rest /= out.shape[d];
-        dst += static_cast<std::ptrdiff_t>(c) * out.stride[d];
-        if (d == axis) {
-          if (c < start || c >= start + g.shape[d]) inside = false;
-          c -= start;
-        }
-        src += static_cast<std::ptrdiff_t>(c) * g.stride[d];
       }
+      std::ptrdiff_t dst = 0;
+      for (std::size_t d = 0; d + 1 < r; ++d) dst += static_cast<std::ptrdiff_t>(idx[d]) * out.stride[d];
       T* o = out.data + dst;
-      const std::ptrdiff_t os = out.stride[r - 1], gs = g.stride[r - 1];
-      for (std::size_t e = 0; e < W; ++e) {
-        const bool in = inside && (axis != r - 1 || (e >= start && e < start + g.shape[r - 1]));
-        o[static_cast<std::ptrdiff_t>(e) * os] =
-            in ? g.data[src + static_cast<std::ptrdiff_t>(axis == r - 1 ? e - start : e) * gs] : T{0};
+      const std::ptrdiff_t os = out.stride[r - 1];
+      auto source = [&](int k) {  // operand k's row at this row's index (its own coordinate along axis)
+        std::ptrdiff_t src = 0;
+        for (std::size_t d = 0; d + 1 < r; ++d)
+          src += static_cast<std::ptrdiff_t>(d == axis ? idx[d] - begin[k] : idx[d]) * in[k].stride[d];
+        return in[k].data + src;
+      };
+      if (axis + 1 < r) {  // the whole row comes from one operand, or is zero
+        const int k = owner(idx[axis]);
+        if (k < 0) {
+          for (std::size_t e = 0; e < W; ++e) o[static_cast<std::ptrdiff_t>(e) * os] = T{0};
+        } else {
+          const T* g = source(k);
+          const std::ptrdiff_t gs = in[k].stride[r - 1];
+          for (std::size_t e = 0; e < W; ++e) o[static_cast<std::ptrdiff_t>(e) * os] = g[static_cast<std::ptrdiff_t>(e) * gs];
+        }
+        continue;
       }
+      std::size_t e = 0;  // the last dimension is the padded one: runs of zeros and of each operand
+      for (; e < start; ++e) o[static_cast<std::ptrdiff_t>(e) * os] = T{0};
+      for (int k = 0; k < n; ++k) {
+        const T* g = source(k);
+        const std::ptrdiff_t gs = in[k].stride[r - 1];
+        for (std::size_t c = 0; c < end[k] - begin[k]; ++c, ++e)
+          o[static_cast<std::ptrdiff_t>(e) * os] = g[static_cast<std::ptrdiff_t>(c) * gs];
+      }
+      for (; e < W; ++e) o[static_cast<std::ptrdiff_t>(e) * os] = T{0};
     }
   });
 }

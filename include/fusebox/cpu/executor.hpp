@@ -246,9 +246,7 @@ struct program {
     else if constexpr (kn.kind == plan::kernel_kind::opaque) run_opaque<K>(f);
     else if constexpr (kn.kind == plan::kernel_kind::attention) run_attention<K>(f);
     else if constexpr (kn.kind == plan::kernel_kind::spatial) run_spatial<K>(f);
-    else if constexpr (kn.kind == plan::kernel_kind::pad)
-      cpu::pad(f.loc[nodes[kn.node].inputs[0]], f.loc[kn.node], static_cast<std::size_t>(nodes[kn.node].desc.axis),
-               nodes[kn.node].desc.view_start, *f.pool);
+    else if constexpr (kn.kind == plan::kernel_kind::pad) run_pad<K>(f);
     else run_copy<K>(f);
   }
 
@@ -727,6 +725,15 @@ struct program {
       cpu::attention_backward(f.loc[nodes[I].inputs[0]], f.loc[nodes[I].inputs[1]], f.loc[nodes[I].inputs[2]],
                               f.loc[nodes[I].inputs[3]], f.loc[nodes[I].inputs[4]], f.loc[I], nodes[I].desc.variant,
                               nodes[I].desc.axis == 1, *f.pool);
+  }
+
+  template <int K>
+  static void run_pad(frame_t& f) {
+    constexpr int I = plan.kernels[K].node;
+    strided<T> in[ir::max_inputs];
+    for (int k = 0; k < nodes[I].n_inputs; ++k) in[k] = f.loc[nodes[I].inputs[k]];
+    cpu::pad(in, nodes[I].n_inputs, f.loc[I], static_cast<std::size_t>(nodes[I].desc.axis), nodes[I].desc.view_start,
+             *f.pool);
   }
 
   /// A spatial node (cpu/spatial.hpp); its epilogue group, if any, evaluated on each finished row

@@ -129,9 +129,15 @@ std::string describe(unsigned threads) {
       bytes += o.size() * eb;
       loop = "online softmax per (batch, head, query) over " + to_string(q) + " x " + to_string(kk) + " -> " + to_string(o);
     } else if (kn.kind == plan::kernel_kind::pad) {
-      ops = "pad (a slice's gradient)";
-      loop = to_string(nodes[nodes[kn.node].inputs[0]].desc.shape) + " into zeros " + to_string(kn.space);
-      bytes = (nodes[nodes[kn.node].inputs[0]].desc.shape.size() + kn.space.size()) * eb;
+      const ir::node& n = nodes[kn.node];
+      ops = n.n_inputs == 1 ? "pad (a slice's gradient)" : "pad (the gradients of adjacent slices, side by side)";
+      loop.clear();
+      for (int in = 0; in < n.n_inputs; ++in) {
+        loop += (in ? " | " : "") + to_string(nodes[n.inputs[in]].desc.shape);
+        bytes += nodes[n.inputs[in]].desc.shape.size() * eb;
+      }
+      loop += " into " + to_string(kn.space) + " along dimension " + std::to_string(n.desc.axis);
+      bytes += kn.space.size() * eb;
     } else {
       ops = "copy";
       loop = "strided copy of " + to_string(kn.space);

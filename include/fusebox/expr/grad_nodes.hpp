@@ -1,22 +1,28 @@
 // expr/grad_nodes.hpp: node types that only derivative rules build (autodiff/rule.hpp): attention's
 // backward and the zero padding that is a slice's gradient. A model never names them.
 //
-//   attention_backward_node<3, C, Q, K, V, O, G>  dq | dk | dv  [B, T, H, 2E + Ev]  (Tq == Tk)
-//   attention_backward_node<1, C, Q, K, V, O, G>  dq            [B, Tq, H, E]       (Tq != Tk)
-//   attention_backward_node<2, C, Q, K, V, O, G>  dk | dv       [B, Tk, H, E + Ev]  (Tq != Tk)
+//   attention_backward_node<3, C, Q, K, V, O, G>  dq, dk, dv    [B, T, 3, H, E]    (Tq == Tk, E == Ev)
+//   attention_backward_node<1, C, Q, K, V, O, G>  dq            [B, Tq, H, E]      (otherwise)
+//   attention_backward_node<2, C, Q, K, V, O, G>  dk | dv       [B, Tk, H, E + Ev] (otherwise)
 //     of o = attention(q, k, v[, causal]) (O is the forward node, G the gradient at o); the rule
-//     reads each gradient as a slice of the last dimension. All are node_kind::attention (the
+//     reads each gradient as a slice (views). Part 3's layout is a packed projection's: a token's
+//     row holds its q, k and v gradients head after head, so the gradient of GPT-2's [B*T, 3C]
+//     c_attn output is this buffer's memory (ops/attention.hpp). All are node_kind::attention (the
 //     planner's attention family: operands and result in memory, one kernel), told apart by
 //     desc.variant; the kernels recompute the softmax (cpu/attention.hpp). Part 3 computes all
 //     three gradients in one pass over the (query, key) pairs of a (batch, head), so every product
 //     is computed once; when a query row and a key row are not the same rows (Tq != Tk) the
 //     gradients are two kernels (each recomputing what it needs), so no task writes another's rows.
-//   pad_node<Axis, Begin, Total, G>               G placed at [Begin, Begin + extent) of dimension
-//     Axis of a zero tensor whose extent there is Total (node_kind::pad, kernel cpu/pad.hpp).
+//   pad_node<Axis, Begin, Total, G...>            the operands side by side along dimension Axis
+//     (a concatenation), from Begin on, in a zero tensor whose extent there is Total
+//     (node_kind::pad, kernel cpu/attention.hpp's pad()). One operand: a slice's gradient; the
+//     reverse pass joins the pads of adjacent slices (q | k | v of one projection) into one.
 // Depends on: expr/node.hpp.
 #pragma once
 
 #include <cstddef>
+#include <initializer_list>
+#include <tuple>
 
 #include "fusebox/expr/node.hpp"
 
@@ -26,15 +32,16 @@ namespace detail {
 constexpr dims attention_backward_shape(int part, const dims& q, const dims& k, const dims& v) {
   if (part == 1) return q;
   if (part == 2) return dims{4, {k.extent[0], k.extent[1], k.extent[2], k.extent[3] + v.extent[3]}};
-  return dims{4, {q.extent[0], q.extent[1], q.extent[2], q.extent[3] + k.extent[3] + v.extent[3]}};
+  return dims{5, {q.extent[0], q.extent[1], 3, q.extent[2], q.extent[3]}};
 }
 }  // namespace detail
 
 template <int Part, bool Causal, class Q, class K, class V, class O, class G>
 struct attention_backward_node : expr_base {
   static_assert(Part >= 1 && Part <= 3, "fusebox internal: attention_backward part is 1 (dq), 2 (dk|dv) or 3 (all)");
-  static_assert(Part != 3 || Q::desc.shape.extent[1] == K::desc.shape.extent[1],
-                "fusebox internal: attention_backward part 3 needs as many queries as keys");
+  static_assert(Part != 3 || (Q::desc.shape.extent[1] == K::desc.shape.extent[1] &&
+                              Q::desc.shape.extent[3] == V::desc.shape.extent[3]),
+                "fusebox internal: attention_backward part 3 needs as many queries as keys and E == Ev");
   static_assert(Q::desc.shape.is_static() && K::desc.shape.is_static() && V::desc.shape.is_static(),
                 "fusebox: attention's gradient needs static shapes (grad() has no run-time path yet)");
   static_assert(O::desc.shape == G::desc.shape, "fusebox internal: attention_backward: gradient and output differ in shape");
@@ -76,21 +83,48 @@ constexpr dims padded_shape(dims d) {
   d.extent[Axis] = Total;
   return d;
 }
+/// Do the operands fit side by side from Begin (same rank and extents but along Axis, static)?
+template <std::size_t Axis, std::size_t Begin, std::size_t Total, class G0, class... G>
+constexpr bool pad_fits() {
+  const dims d0 = G0::desc.shape;
+  if (Axis >= d0.rank || !d0.is_static()) return false;
+  std::size_t end = Begin;
+  bool ok = true;
+  for (const dims& d : {G0::desc.shape, G::desc.shape...}) {
+    if (d.rank != d0.rank || !d.is_static()) return false;
+    for (std::size_t k = 0; k < d.rank; ++k) ok = ok && (k == Axis || d.extent[k] == d0.extent[k]);
+    end += d.extent[Axis];
+  }
+  return ok && end <= Total;
+}
 }  // namespace detail
 
-template <std::size_t Axis, std::size_t Begin, std::size_t Total, class G>
+template <std::size_t Axis, std::size_t Begin, std::size_t Total, class... G>
 struct pad_node : expr_base {
-  static_assert(Axis < G::desc.shape.rank && G::desc.shape.is_static() && Begin + G::desc.shape.extent[Axis] <= Total,
-                "fusebox internal: pad<Axis, Begin, Total>(g): g does not fit");
-  using value_type = typename G::value_type;
-  using children = meta::type_list<G>;
-  static constexpr node_desc desc{node_kind::pad, "pad", detail::padded_shape<Axis, Total>(G::desc.shape),
-                                  static_cast<int>(Axis), false, 0, 0, -1, -1, "", {}, Begin};
-  static constexpr bool has_payload = G::has_payload, symbolic = G::symbolic, fullgraph = G::fullgraph;
-  G arg;
+  static_assert(sizeof...(G) >= 1 && detail::pad_fits<Axis, Begin, Total, G...>(),
+                "fusebox internal: pad<Axis, Begin, Total>(g...): the operands do not fit side by side");
+  using value_type = typename meta::at_t<0, meta::type_list<G...>>::value_type;
+  using children = meta::type_list<G...>;
+  /// Where the operands end along Axis.
+  static constexpr std::size_t end = Begin + (std::size_t{0} + ... + G::desc.shape.extent[Axis]);
+  static constexpr node_desc desc{node_kind::pad,
+                                  "pad",
+                                  detail::padded_shape<Axis, Total>(meta::at_t<0, meta::type_list<G...>>::desc.shape),
+                                  static_cast<int>(Axis),
+                                  false,
+                                  0,
+                                  0,
+                                  -1,
+                                  -1,
+                                  "",
+                                  {},
+                                  Begin};
+  static constexpr bool has_payload = (G::has_payload || ...), symbolic = (G::symbolic || ...),
+                        fullgraph = (G::fullgraph || ...);
+  std::tuple<G...> args;
 
-  template <std::size_t>
-  const auto& child() const { return arg; }
+  template <std::size_t I>
+  const auto& child() const { return std::get<I>(args); }
 };
 
 }  // namespace fusebox

@@ -109,8 +109,9 @@ struct program {
         }
         case plan::kernel_kind::pad: {
           const ir::node& n = nodes[kn.node];
-          cpu::pad(f.loc[n.inputs[0]], f.loc[kn.node], static_cast<std::size_t>(n.desc.axis), n.desc.view_start,
-                   *rt.pool);
+          strided<T> in[ir::max_inputs];
+          for (int k = 0; k < n.n_inputs; ++k) in[k] = f.loc[n.inputs[k]];
+          cpu::pad(in, n.n_inputs, f.loc[kn.node], static_cast<std::size_t>(n.desc.axis), n.desc.view_start, *rt.pool);
           break;
         }
       }

@@ -62,10 +62,12 @@ auto attention(const Q& q, const K& k, const V& v, causal_t, std::source_locatio
 }
 
 // ---- derivative (autodiff/rule.hpp): G the incoming gradient, Y the attention node ----
-// One gradient kernel writes dq | dk | dv side by side when there are as many queries as keys
-// (self-attention, and always when causal); otherwise one writes dq and another dk | dv. Each
-// operand's gradient is a slice of the last dimension (the same node type for the three, so the
-// lowering makes it one node and one kernel). The kernels recompute the softmax from q and k
+// With as many queries as keys and E == Ev (self-attention), one gradient kernel writes dq, dk
+// and dv as [B, T, 3, H, E]; each operand's gradient is a view of it (slice, reshape). That is
+// the layout of a packed projection's output: for GPT-2's q | k | v sliced from [B*T, 3C], the
+// reshape and slice rules pass these views on without copies and the reverse pass joins the
+// three slices' pads into one kernel (ops/layout.hpp, autodiff/backward.hpp). Otherwise one
+// kernel writes dq and another dk | dv. The kernels recompute the softmax from q and k
 // (cpu/attention.hpp): nothing of size T x T is saved or stored.
 namespace autodiff {
 template <class Q, class K, class V, bool Causal>
@@ -73,11 +75,10 @@ struct derivative<attention_node<Q, K, V, Causal>> {
   template <int Part, class G, class Y>
   using part = attention_backward_node<Part, Causal, operand<Y, 0>, operand<Y, 1>, operand<Y, 2>, Y, exact<G, Y>>;
   static constexpr std::size_t e = Q::desc.shape.extent[3], ev = V::desc.shape.extent[3];
-  static constexpr bool fused = Q::desc.shape.extent[1] == K::desc.shape.extent[1];
+  static constexpr bool fused = Q::desc.shape.extent[1] == K::desc.shape.extent[1] && e == ev;
   template <std::size_t I, class G, class Y>
-  struct pick {  // fused: dq | dk | dv
-    static constexpr std::size_t begin = I == 0 ? 0 : I == 1 ? e : 2 * e;
-    using type = view_node<ops::slice_view<3, begin, begin + (I == 2 ? ev : e)>, part<3, G, Y>>;
+  struct pick {  // fused: [B, T, 3, H, E], operand I at index I of dimension 2
+    using type = view_node<ops::reshape_view<shape_of_t<operand<Y, I>>>, view_node<ops::slice_view<2, I, I + 1>, part<3, G, Y>>>;
   };
   template <std::size_t I, class G, class Y>
     requires(!fused)

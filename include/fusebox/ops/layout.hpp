@@ -168,7 +168,7 @@ struct derivative<ops::slice_view<A, Begin, End>> {
 template <class S>
 struct derivative<ops::reshape_view<S>> {
   template <std::size_t I, class G, class Y, class Ctx>
-  using vjp = view_node<ops::reshape_view<shape_of_t<operand<Y, 0>>>, contiguous<exact<G, Y>>>;
+  using vjp = view_node<ops::reshape_view<shape_of_t<operand<Y, 0>>>, reshapable<exact<G, Y>, shape_of_t<operand<Y, 0>>>>;
 };
 }  // namespace autodiff
 
