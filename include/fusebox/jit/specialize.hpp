@@ -53,7 +53,15 @@ std::array<ir::node, N> specialise(const std::array<ir::node, N>& generic, const
         n.desc.shape = r.out;
         break;
       }
+      case node_kind::pad:
+        throw invalid_argument(std::string("fusebox: ") + n.desc.name +
+                               " (a slice's gradient) has no run-time-path or CUDA kernel yet: gradients through "
+                               "slice() run on the host backend, with static shapes");
       case node_kind::attention: {
+        if (n.desc.variant != 0)  // the gradient kernels (expr/grad_nodes.hpp): host only so far
+          throw invalid_argument(std::string("fusebox: ") + n.desc.name +
+                                 " (attention's gradient) has no run-time-path or CUDA kernel yet: gradients through "
+                                 "attention() run on the host backend, with static shapes");
         const auto r = fusebox::detail::attention_shape(in(0), in(1), in(2), n.desc.axis == 1);
         if (!r.rank_ok || !r.extents_ok || !r.causal_ok)
           throw shape_error("attention: q is " + to_string(in(0)) + ", k is " + to_string(in(1)) + ", v is " +
