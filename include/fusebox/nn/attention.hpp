@@ -43,17 +43,21 @@ struct operand_shape<X> {
 template <class X>
 using operand_shape_t = typename operand_shape<std::remove_cvref_t<X>>::type;
 
+template <class XShape, std::size_t D, std::size_t T, bool Ok>
+struct token_rows_check {
+  static_assert(Ok, "fusebox::nn attention / gpt2_block: x (XShape above) must be [batch, T, D] or [batch * T, D] "
+                    "with static extents, D the module's width and T its tokens per sequence (D, T above). Fix: "
+                    "instantiate the module with x's width and sequence length, or reshape x");
+  static constexpr bool value = Ok;
+};
+
 /// x as token rows [N, D]: x is [B, T, D] (viewed as rows) or already [N, D].
 template <std::size_t D, std::size_t T, class X>
 auto as_token_rows(const X& x) {
   using S = operand_shape_t<X>;
-  static_assert((S::rank == 2 || S::rank == 3) && S::is_static && S::extents[S::rank - 1] == D,
-                "fusebox::nn attention / gpt2_block: x must be [batch, tokens, d] or [batch * tokens, d] with static "
-                "extents and d the module's width");
-  static_assert(S::rank == 2 || S::extents[1] == T,
-                "fusebox::nn attention / gpt2_block: x is [batch, tokens, d]; its tokens must be the module's T");
-  static_assert((S::size / D) % T == 0,
-                "fusebox::nn attention / gpt2_block: x's rows must be whole sequences (a multiple of the module's T)");
+  static_assert(token_rows_check<S, D, T,
+                                 (S::rank == 2 || S::rank == 3) && S::is_static && S::extents[S::rank - 1] == D &&
+                                     (S::rank == 2 || S::extents[1] == T) && (S::size / D) % T == 0>::value);
   if constexpr (S::rank == 2) return x;
   else return reshape<shape<S::size / D, D>>(x);
 }
