@@ -102,6 +102,20 @@ TEST_CASE("attention: more keys than queries, and a dyn batch through the run-ti
   check(y, want, 2.0);
 }
 
+TEST_CASE("attention: rows of more than 256 keys (the score row outgrows its stack buffer)", "[ops][attention]") {
+  constexpr std::size_t TQ = 5, TK = 300, TC = 260;
+  fb::tensor<float, fb::shape<1, TQ, 2, 4>> q;
+  fb::tensor<float, fb::shape<1, TK, 2, 4>> k;
+  fb::tensor<float, fb::shape<1, TK, 2, 3>> v;
+  q.fill_random(41, -2.0f, 2.0f), k.fill_random(42, -2.0f, 2.0f), v.fill_random(43);
+  check(fb::attention(q, k, v), reference(1, TQ, TK, 2, 4, 3, false, accessor(q), accessor(k), accessor(v)), 2.0);
+  fb::tensor<float, fb::shape<1, TC, 1, 4>> qc, kc;
+  fb::tensor<float, fb::shape<1, TC, 1, 3>> vc;
+  qc.fill_random(44, -2.0f, 2.0f), kc.fill_random(45, -2.0f, 2.0f), vc.fill_random(46);
+  check(fb::attention(qc, kc, vc, fb::causal),
+        reference(1, TC, TC, 1, 4, 3, true, accessor(qc), accessor(kc), accessor(vc)), 2.0);
+}
+
 TEST_CASE("attention: q, k, v as strided views (one projection's heads; PyTorch's layout transposed)",
           "[ops][attention]") {
   // x·w is [B*T, 3*H*E]: q, k and v are its three column blocks seen as [B, T, H, E]. The

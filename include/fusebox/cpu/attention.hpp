@@ -1,7 +1,6 @@
 // cpu/attention.hpp: attention() on the host (ops/attention.hpp). One task per (batch, head,
-// query row): an online softmax over the keys (running maximum and sum; the accumulated output
-// is rescaled when the maximum grows), so the scores are never stored and each key costs one
-// dot product, one exp and one axpy. Operands are read through their strides (q, k, v may be
+// query row): the row's scores (one dot product per key) into a row buffer, their maximum, exp on
+// xsimd vectors, then one axpy per key; nothing larger than a row of scores is stored. Operands are read through their strides (q, k, v may be
 // views of a wider projection); the output is written through its strides.
 //
 // attention_backward(): the gradients (expr/grad_nodes.hpp), as FlashAttention-2's backward
@@ -76,6 +75,24 @@ void attention_axpy(A* acc, A p, const T* x, std::ptrdiff_t xs, std::size_t n) {
   }
   for (std::size_t e = 0; e < n; ++e) acc[e] += p * static_cast<A>(x[static_cast<std::ptrdiff_t>(e) * xs]);
 }
+/// x[i] = exp(x[i]) for i < n, on xsimd vectors where A has them (the scores of a block of pairs:
+/// one exp per pair, so vectorising it matters as much as the dots).
+template <class A>
+void attention_exp(A* x, std::size_t n) {
+  std::size_t i = 0;
+  if constexpr (xsimd::has_simd_register<A>::value) {
+    using V = xsimd::batch<A>;
+    for (; i + V::size <= n; i += V::size) xsimd::exp(V::load_unaligned(x + i)).store_unaligned(x + i);
+  }
+  for (; i < n; ++i) x[i] = std::exp(x[i]);
+}
+/// A per-thread buffer of at least n elements (grown, never shrunk: no allocation per task).
+template <class A>
+A* attention_buffer(std::size_t n) {
+  thread_local std::vector<A> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
 /// Accumulators of n elements: on the stack up to 256, else on the heap.
 template <class A>
 struct attention_scratch {
@@ -111,19 +128,22 @@ void attention(const strided<T>& q, const strided<T>& k, const strided<T>& v, co
     std::fill(acc, acc + Ev, A{0});
     const T* qi = at(q, b, i, h);
     const std::ptrdiff_t qs = q.stride[3], ks = k.stride[3], vs = v.stride[3];
-    A m = -INFINITY, l = 0;
+    // The row's scores, their maximum, exp on vectors, then the weighted sum of the value rows.
     const std::size_t keys = causal ? std::min(i + 1, Tk) : Tk;
+    A stack_s[stack_width];
+    A* sc = stack_s;
+    if (keys > stack_width) sc = detail::attention_buffer<A>(keys);
+    A m = -INFINITY;
     for (std::size_t j = 0; j < keys; ++j) {
-      const A s = scale * detail::attention_dot<A>(qi, qs, at(k, b, j, h), ks, E);
-      if (s > m) {  // a new maximum: rescale what is accumulated
-        const A r = std::exp(m - s);
-        l *= r;
-        for (std::size_t e = 0; e < Ev; ++e) acc[e] *= r;
-        m = s;
-      }
-      const A p = std::exp(s - m);
-      l += p;
-      detail::attention_axpy(acc, p, at(v, b, j, h), vs, Ev);
+      sc[j] = scale * detail::attention_dot<A>(qi, qs, at(k, b, j, h), ks, E);
+      m = std::max(m, sc[j]);
+    }
+    for (std::size_t j = 0; j < keys; ++j) sc[j] -= m;
+    detail::attention_exp(sc, keys);
+    A l = 0;
+    for (std::size_t j = 0; j < keys; ++j) {
+      l += sc[j];
+      detail::attention_axpy(acc, sc[j], at(v, b, j, h), vs, Ev);
     }
     T* oi = const_cast<T*>(at(o, b, i, h));
     const A inv = l > 0 ? A{1} / l : A{0};
@@ -147,17 +167,18 @@ void attention_backward(const strided<T>& q, const strided<T>& k, const strided<
                        outs = out.stride[3];
   auto keys_of = [&](std::size_t i) { return causal ? std::min(i + 1, Tk) : Tk; };
   // L_i (log-sum-exp of the scaled scores) and D_i = g_i · o_i for query row (b, i, h).
-  auto row_stats = [&](std::size_t b, std::size_t i, std::size_t h, A& lse, A& d) {
+  // L_i (log-sum-exp of the scaled scores) and D_i = g_i · o_i for query row (b, i, h); buf holds Tk.
+  auto row_stats = [&](std::size_t b, std::size_t i, std::size_t h, A& lse, A& d, A* buf) {
     const T* qi = attention_row(q, b, i, h);
+    const std::size_t n = keys_of(i);
     A m = -INFINITY, l = 0;
-    for (std::size_t j = 0, n = keys_of(i); j < n; ++j) {
-      const A s = scale * detail::attention_dot<A>(qi, qs, attention_row(k, b, j, h), ks, E);
-      if (s > m) {
-        l *= std::exp(m - s);
-        m = s;
-      }
-      l += std::exp(s - m);
+    for (std::size_t j = 0; j < n; ++j) {
+      buf[j] = scale * detail::attention_dot<A>(qi, qs, attention_row(k, b, j, h), ks, E);
+      m = std::max(m, buf[j]);
     }
+    for (std::size_t j = 0; j < n; ++j) buf[j] -= m;
+    detail::attention_exp(buf, n);
+    for (std::size_t j = 0; j < n; ++j) l += buf[j];
     lse = m + std::log(l);
     d = detail::attention_dot<A>(attention_row(g, b, i, h), gs, attention_row(o, b, i, h), os, Ev);
   };
@@ -169,19 +190,25 @@ void attention_backward(const strided<T>& q, const strided<T>& k, const strided<
     };
     pool.parallel_for(B * H, [&](std::size_t task, unsigned) {
       const std::size_t h = task % H, b = task / H;
-      std::vector<A> st(2 * Tq), dq(Tq * E, A{0});
-      for (std::size_t i = 0; i < Tq; ++i) row_stats(b, i, h, st[2 * i], st[2 * i + 1]);
+      // lse, D per query row; p and dp of one key row against every query row; dq rows.
+      std::vector<A> lse(Tq), dd(Tq), p(std::max(Tq, Tk)), dp(Tq), dq(Tq * E, A{0});
+      for (std::size_t i = 0; i < Tq; ++i) row_stats(b, i, h, lse[i], dd[i], p.data());
       detail::attention_scratch<A> scratch;
       A* acc = scratch.get(E + Ev);  // dk_j then dv_j
       for (std::size_t j = 0; j < Tk; ++j) {
         std::fill(acc, acc + E + Ev, A{0});
         const T *kj = attention_row(k, b, j, h), *vj = attention_row(v, b, j, h);
-        for (std::size_t i = causal ? j : 0; i < Tq; ++i) {
+        const std::size_t i0 = causal ? j : 0, n = Tq - i0;
+        for (std::size_t i = i0; i < Tq; ++i) {  // the pairs' scores and dp first, then exp on vectors
+          p[i - i0] = scale * detail::attention_dot<A>(attention_row(q, b, i, h), qs, kj, ks, E) - lse[i];
+          dp[i - i0] = detail::attention_dot<A>(attention_row(g, b, i, h), gs, vj, vs, Ev) - dd[i];
+        }
+        detail::attention_exp(p.data(), n);
+        for (std::size_t i = i0; i < Tq; ++i) {
           const T *qi = attention_row(q, b, i, h), *gi = attention_row(g, b, i, h);
-          const A p = std::exp(scale * detail::attention_dot<A>(qi, qs, kj, ks, E) - st[2 * i]);
-          const A ds = p * (detail::attention_dot<A>(gi, gs, vj, vs, Ev) - st[2 * i + 1]);
+          const A pi = p[i - i0], ds = pi * dp[i - i0];
           detail::attention_axpy(acc, ds, qi, qs, E);
-          detail::attention_axpy(acc + E, p, gi, gs, Ev);
+          detail::attention_axpy(acc + E, pi, gi, gs, Ev);
           detail::attention_axpy(dq.data() + i * E, ds, kj, ks, E);
         }
         T *dk = grad_row(b, j, 1, h), *dv = grad_row(b, j, 2, h);
@@ -202,7 +229,7 @@ void attention_backward(const strided<T>& q, const strided<T>& k, const strided<
       A* acc = scratch.get(E);
       std::fill(acc, acc + E, A{0});
       A lse, d;
-      row_stats(b, i, h, lse, d);
+      row_stats(b, i, h, lse, d, detail::attention_buffer<A>(Tk));
       const T *qi = attention_row(q, b, i, h), *gi = attention_row(g, b, i, h);
       for (std::size_t j = 0, n = keys_of(i); j < n; ++j) {
         const T* kj = attention_row(k, b, j, h);
@@ -218,7 +245,7 @@ void attention_backward(const strided<T>& q, const strided<T>& k, const strided<
   std::vector<A> stats(2 * B * H * Tq);  // (L, D) per (b, h, i)
   pool.parallel_for(B * H * Tq, [&](std::size_t task, unsigned) {
     const std::size_t i = task % Tq, h = task / Tq % H, b = task / (Tq * H);
-    row_stats(b, i, h, stats[2 * task], stats[2 * task + 1]);
+    row_stats(b, i, h, stats[2 * task], stats[2 * task + 1], detail::attention_buffer<A>(Tk));
   });
   pool.parallel_for(B * H * Tk, [&](std::size_t task, unsigned) {
     const std::size_t j = task % Tk, h = task / Tk % H, b = task / (Tk * H);
