@@ -24,7 +24,9 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <span>
 #include <tuple>
@@ -770,8 +772,19 @@ struct program {
         return l;
       }();
       const std::size_t width = space.back(0);
+      // The epilogue runs once per output row run, which for a convolution is short (8 elements
+      // for T2's second layer: 65536 calls a step); copying `proto` (~90 bytes per node of the
+      // whole program) on every call was 10% of T2's training step. So each thread copies it once
+      // per kernel call, into a thread-local one that at_row then updates in place.
+      static std::atomic<std::uint64_t> calls{0};
+      const std::uint64_t call = calls.fetch_add(1, std::memory_order_relaxed) + 1;
       auto epilogue = [&](std::size_t r, std::size_t j0, std::size_t n) {
-        row_addressing ra = proto;
+        thread_local row_addressing ra;
+        thread_local std::uint64_t filled_for = 0;
+        if (filled_for != call) {
+          ra = proto;
+          filled_for = call;
+        }
         ra.at_row(space, r, ids.data(), ext.size + 1);
         auto write = [&]<class W, bool C2>(std::size_t j) {
           const W v = evaluator<group_of<K>, 0, W, C2>{ra, nullptr, nullptr, width, f.payload, j}.template get<O>();
