@@ -15,7 +15,7 @@
 // same double reference as the faithful mode's. compile_s is the first call (NVRTC cold unless the cache directory is warm); max_rel_err is
 // ||y - r|| / ||r|| against a double reference on sampled rows (bfloat16: from the rounded
 // weights and inputs the model actually sees). Prints JSON lines (BENCHMARKS.md fields) then a table.
-//   bench_gpu [--quick] [--only W1|W2|W3|W4|warm|attention]   (attention: W4's attention alone, not in the full run)
+//   bench_gpu [--quick] [--only W1|W2|W3|W4|W5|warm|attention]   (attention: W4's attention alone, not in the full run)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -26,6 +26,7 @@
 #include <vector>
 
 #include <fusebox/fusebox.hpp>
+#include <fusebox/optim/cuda_adamw.hpp>
 
 #include "harness.hpp"
 
@@ -331,6 +332,63 @@ void run_w3(const limits& lim, fb::mode mode, bool quick) {
   }
 }
 
+/// W5 (BENCHMARKS.md): a training step of the W3 MLP, batch 256, float32 (TF32 off: cuBLASLt's
+/// CUBLAS_COMPUTE_32F), MSE against a random target: forward and backward as one compiled graph
+/// (compile(value_and_grad)), then one fused AdamW launch (lr 1e-3, betas 0.9/0.999, eps 1e-8,
+/// weight decay 0.01). The reported error is the first step's loss against float64.
+void run_w5(const limits& lim, fb::mode mode, bool quick) {
+  constexpr std::size_t B = 256;
+  const w3_weights<float> w;
+  auto d = w.upload();
+  host<B, 1024> x, target;
+  x.fill_random(71);
+  target.fill_random(72);
+  const fb::cuda::tensor<float, fb::shape<B, 1024>> dx(x), dt(target);
+  auto loss = [](const auto& xx, const auto& w1_, const auto& b1, const auto& w2_, const auto& b2, const auto& w3_,
+                 const auto& b3, const auto& t) {
+    const auto e = w3(xx, w1_, b1, w2_, b2, w3_, b3) - t;
+    return fb::mean(fb::mean(e * e));
+  };
+  auto step = fb::compile(fb::value_and_grad(loss, fb::wrt<1, 2, 3, 4, 5, 6>), fb::options{.mode = mode});
+  namespace optim = fb::optim;
+  optim::cuda_adamw opt({optim::device_parameter("fc1.weight", d.w1), optim::device_parameter("fc1.bias", d.b1),
+                         optim::device_parameter("fc2.weight", d.w2), optim::device_parameter("fc2.bias", d.b2),
+                         optim::device_parameter("fc3.weight", d.w3), optim::device_parameter("fc3.bias", d.b3)},
+                        {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01});
+  double first_loss = 0;
+  auto train = [&] {
+    auto [l, g] = step(dx, d.w1, d.b1, d.w2, d.b2, d.w3, d.b3, dt);
+    opt.step(g);
+    return l;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  first_loss = train().to_host().flat(0);
+  const double first = seconds(t0);
+  // The first step's loss in double, from the initial weights (every row: 6.4 Gmac on the host).
+  double ref = 0;
+  if (!quick) {
+    for (std::size_t r = 0; r < B; ++r) {
+      const auto y = w.reference_row(x, r);
+      for (std::size_t j = 0; j < 1024; ++j) ref += (y[j] - target.flat(r * 1024 + j)) * (y[j] - target.flat(r * 1024 + j));
+    }
+    ref /= B * 1024.0;
+  }
+  const auto t = time_host([&] { (void)train(); }, quick);
+  const double params = 1024.0 * 4096 + 4096.0 * 4096 + 4096.0 * 1024;
+  bench::record r{"W5", "fusebox",
+                  mode == fb::mode::reduce_overhead ? "reduce_overhead" : mode == fb::mode::max_autotune ? "max_autotune"
+                                                                                                          : "default"};
+  r.set(t);
+  r.flops = 2.0 * B * params * 3;  // forward, and the two products of each layer's backward
+  r.bytes = 4.0 * 6 * (params + 4096 * 2 + 1024) + 2.0 * B * 1024 * 4;
+  r.floor_us = std::max(r.bytes / (lim.gbps * 1e9), r.flops / (lim.f32_tflops * 1e12)) * 1e6;
+  r.compile_s = first;
+  if (!quick) r.max_rel_err = std::abs(first_loss - ref) / std::abs(ref);
+  r.note = fmt("training step: compiled value_and_grad + fused AdamW (one launch); first loss %.6g", first_loss) +
+           (quick ? std::string("; loss reference skipped (--quick)") : fmt(" (float64 %.6g)", ref));
+  add(r);
+}
+
 /// W4 in bfloat16 at one mode: time, and the double reference of two tokens of sequence 0 (all of
 /// its keys and values are computed, from the bfloat16-rounded inputs the model sees).
 void run_w4(const limits& lim, fb::mode mode, bool quick) {
@@ -613,6 +671,8 @@ int main(int argc, char** argv) {
   }
   for (fb::mode mode : {fb::mode::default_, fb::mode::reduce_overhead, fb::mode::max_autotune})
     if (want("W4")) run_w4(lim, mode, quick);
+  for (fb::mode mode : {fb::mode::default_, fb::mode::reduce_overhead})
+    if (want("W5")) run_w5(lim, mode, quick);
   if (only == "attention") {  // W4's attention alone (bf16, causal, 12 heads of 64, 256 tokens) at two batches
     for (std::size_t batch : {std::size_t{8}, std::size_t{32}}) {
       fb::tensor<float, fb::shape<fb::dyn, 256, 12, 64>> q(batch), k(batch), v(batch);

@@ -21,18 +21,21 @@
 // backward together (fusion across them, buffers by liveness); eager, each node runs on its own
 // (autodiff/eager.hpp). The graph is never an object: it is bound from a table of input views.
 //
-// Cases: static shapes, host tensors (float or double); a build error names anything else (dyn
-// extents, device tensors, a non-scalar loss, wrt naming a number). A loss that reads a value on
+// Cases: static shapes; host tensors (float or double), or device tensors through compile() (the
+// joint graph on the CUDA backend, as compile() runs a model); a build error names anything else
+// (dyn extents, eager grad on device tensors, a non-scalar loss, wrt naming a number). A loss that reads a value on
 // the host (item()) is refused at the call: its gradient would silently miss that path.
 // Depends on: autodiff/{lift,backward,eager}.hpp, compile.hpp (compile(), options, capture).
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "fusebox/autodiff/backward.hpp"
 #include "fusebox/autodiff/eager.hpp"
@@ -100,8 +103,8 @@ struct not_static {
 };
 template <class Argument, bool Ok>
 struct device_argument {
-  static_assert(Ok, "fusebox::grad: device tensors (cuda::tensor, above) are not supported yet: the backward runs "
-                    "on the CPU. Fix: pass host tensors");
+  static_assert(Ok, "fusebox::grad: device tensors (cuda::tensor, above) need the compiled gradient: eager grad "
+                    "runs op by op on the host. Fix: fb::compile(fb::grad(...)), or pass host tensors");
   static constexpr bool value = Ok;
 };
 template <std::size_t I, class Argument, class LossElement, bool Ok>
@@ -115,8 +118,7 @@ namespace detail {
 
 template <std::size_t I, class A>
 auto symbolic(const A& a) {
-  static_assert(static_check::device_argument<A, !cuda::is_tensor_v<A>>::value);
-  if constexpr (is_tensor_v<A>) {
+  if constexpr (is_tensor_v<A> || cuda::is_tensor_v<A>) {  // a device tensor's leaf views device memory
     static_assert(static_check::not_static<A, A::shape_type::is_static>::value);
     return input_leaf<I, typename A::value_type, typename A::shape_type>{{}, a.view()};
   } else {
@@ -149,6 +151,19 @@ struct argument_traits<tensor<T, S>> {
   using value_type = T;
   using shape_type = S;
 };
+
+/// The host tensor type standing for a device one in the type computations (plan_of): the
+/// joint graph is the same whichever memory the arguments live in.
+template <class A>
+struct host_type {
+  using type = A;
+};
+template <class T, class S>
+struct host_type<cuda::tensor<T, S>> {
+  using type = tensor<T, S>;
+};
+template <class A>
+using host_type_t = typename host_type<A>::type;
 
 /// Everything about grad(f, wrt<W...>) at these argument types, as types and constants.
 template <class F, class Wrt, class... Args>
@@ -274,6 +289,7 @@ class grad_fn {
 
   template <class... Args>
   auto operator()(const Args&... args) const {
+    static_assert((static_check::device_argument<Args, !cuda::is_tensor_v<Args>>::value && ...));
     using P = detail::plan_of<F, Wrt, Args...>;
     const auto loss = detail::capture(f_, args...);
     const detail::bound_call<P> b(loss, args...);
@@ -308,7 +324,34 @@ class compiled_grad {
 
   template <class... Args>
   auto operator()(const Args&... args) {
-    if (fusebox::detail::disabled_by_environment() || current_stance() == stance::force_eager) return g_(args...);
+    if constexpr ((cuda::is_tensor_v<Args> || ...)) {
+      return call_cuda(args...);
+    } else {
+      if (fusebox::detail::disabled_by_environment() || current_stance() == stance::force_eager) return g_(args...);
+      return call_host(args...);
+    }
+  }
+
+  const options& opts() const noexcept { return opts_; }
+  unsigned threads() const noexcept { return rt_->pool->size(); }
+
+  /// Bytes of the intermediate arena (forward values the backward reads included): a constant.
+  template <class... Args>
+  static constexpr std::size_t arena_bytes() {
+    return detail::plan_of<F, Wrt, detail::host_type_t<Args>...>::program::arena_bytes;
+  }
+  template <class... Args>
+  static graph_stats stats(const Args&... args) {
+    return grad_fn<F, Wrt, WithValue>::stats(args...);
+  }
+  template <class... Args>
+  std::string describe(const Args&...) const {
+    return cpu::describe<typename detail::plan_of<F, Wrt, detail::host_type_t<Args>...>::program>(threads());
+  }
+
+ private:
+  template <class... Args>
+  auto call_host(const Args&... args) {
     using P = detail::plan_of<F, Wrt, Args...>;
     using Prog = typename P::program;
     const auto loss = detail::capture(g_.function(), args...);
@@ -321,27 +364,102 @@ class compiled_grad {
     return detail::shape_result<WithValue>(std::move(outs));
   }
 
-  const options& opts() const noexcept { return opts_; }
-  unsigned threads() const noexcept { return rt_->pool->size(); }
+  /// The CUDA backend: the joint graph through the run-time path with CUDA kernels and cuBLASLt,
+  /// as compile() runs a model on device tensors. Arguments are device tensors; the lifted numbers
+  /// (the loss's constants, the rules' constants, the seed) live in a small device buffer that is
+  /// uploaded only when they change. A tensor the loss captures (instead of taking it as an
+  /// argument) is host memory: refused.
+  template <class... Args>
+  auto call_cuda(const Args&... args) {
+    static_assert(((!is_tensor_v<Args>) && ...),
+                  "fusebox::grad: a call mixes host tensors and device tensors (cuda::tensor); move every tensor "
+                  "argument to the device, or none");
+    using P = detail::plan_of<F, Wrt, detail::host_type_t<Args>...>;
+    using Prog = typename P::program;
+    using T = typename P::T;
+    using D = jit::dynamic_function<Prog, jit::cuda_target>;
+    const auto loss = detail::capture(g_.function(), args...);
+    const detail::bound_call<P> b(loss, args...);  // the lifted numbers, on the host
+    fusebox::detail::bound_inputs<T, P::inputs> in{};
+    std::size_t a = 0;
+    (([&] {
+       if constexpr (cuda::is_tensor_v<Args>) in.views[a] = args.view();
+       ++a;
+     }()),
+     ...);
+    std::vector<std::byte> numbers(P::inputs * sizeof(T));
+    for (std::size_t k = P::arguments; k < P::inputs; ++k) {
+      if (b.in.views[k].data != &b.values[k])
+        throw invalid_argument("fusebox::grad on the CUDA backend: the loss captures a tensor (lifted input " +
+                               std::to_string(k) + ", " + to_string(b.in.views[k].shape) +
+                               ") instead of taking it as an argument; captured tensors are host memory. Fix: pass "
+                               "it as a device tensor argument");
+      std::memcpy(numbers.data() + k * sizeof(T), &b.values[k], sizeof(T));
+    }
+    if (!numbers_ || numbers != uploaded_) {
+      if (!numbers_) numbers_ = std::make_unique<cuda::device_buffer>(P::inputs * sizeof(T));
+      cuda::work_stream().sync();  // queued calls may still read the old numbers
+      cuda::copy_to_device(numbers_->get(), numbers.data(), numbers.size());
+      uploaded_ = numbers;
+    }
+    const T* device_numbers = reinterpret_cast<const T*>(static_cast<std::uintptr_t>(numbers_->get()));
+    for (std::size_t k = P::arguments; k < P::inputs; ++k) in.views[k] = strided<const T>{device_numbers + k, dims{}, {}};
 
-  /// Bytes of the intermediate arena (forward values the backward reads included): a constant.
-  template <class... Args>
-  static constexpr std::size_t arena_bytes() {
-    return detail::plan_of<F, Wrt, Args...>::program::arena_bytes;
-  }
-  template <class... Args>
-  static graph_stats stats(const Args&... args) {
-    return grad_fn<F, Wrt, WithValue>::stats(args...);
-  }
-  template <class... Args>
-  std::string describe(const Args&...) const {
-    return cpu::describe<typename detail::plan_of<F, Wrt, Args...>::program>(threads());
+    typename Prog::frame_t f;
+    const std::tuple<input_leaf<0, T, shape<>>> no_payloads{};  // the joint graph holds none
+    cpu::bind_inputs<Prog>(f, no_payloads, in);
+    D& dynamic = cuda_dynamic_for<D>();
+    const jit::call_facts facts = D::facts(f, P::inputs);
+    const auto prog = dynamic.select(facts, opts_, {}, "compiled gradient (CUDA)");
+    if (!prog)
+      throw invalid_argument("fusebox::grad on the CUDA backend: the joint graph's CUDA code failed to compile or the "
+                             "recompile limit is reached (FUSEBOX_LOGS=recompiles,kernels says which)");
+    using Outs = typename device_outputs<typename P::outputs>::type;
+    Outs outs;  // static shapes: each allocated at its extents
+    cpu::bind_outputs<Prog>(f, outs);
+    const auto concrete = jit::specialise(prog->graph, facts.extents);
+    cpu::frame<T, D::NB> g;
+    for (std::size_t i = 0; i < Prog::N; ++i) {
+      g.loc[i] = f.loc[i];
+      g.copy_to[i] = f.copy_to[i];
+      g.payload[i] = f.payload[i];
+    }
+    if (!cuda_rt_) {
+      cuda_rt_ = std::make_unique<jit::cuda_runtime>();
+      cuda_rt_->graphs.set_cap(opts_.cudagraph_cap);
+      cuda_rt_->autotune = opts_.mode == mode::max_autotune;
+    }
+    if (opts_.mode != mode::default_) prog->run_graph(g, concrete, facts.extents, *cuda_rt_);
+    else prog->run(g, concrete, *cuda_rt_);
+    return detail::shape_result<WithValue>(std::move(outs));
   }
 
- private:
+  /// Host output tuple -> the same shapes as device tensors.
+  template <class Outs>
+  struct device_outputs;
+  template <class... H>
+  struct device_outputs<std::tuple<H...>> {
+    using type = std::tuple<cuda::tensor<typename H::value_type, typename H::shape_type>...>;
+  };
+
+  /// The CUDA run-time state of one joint graph type.
+  template <class D>
+  D& cuda_dynamic_for() {
+    const void* tag = &meta::type_tag<D>;
+    for (auto& [t, d] : cuda_state_)
+      if (t == tag) return *static_cast<D*>(d.get());
+    auto d = std::make_shared<D>();
+    cuda_state_.emplace_back(tag, d);
+    return *d;
+  }
+
   grad_fn<F, Wrt, WithValue> g_;
   options opts_;
   std::unique_ptr<cpu::runtime> rt_ = std::make_unique<cpu::runtime>();
+  std::vector<std::pair<const void*, std::shared_ptr<void>>> cuda_state_;
+  std::unique_ptr<jit::cuda_runtime> cuda_rt_;
+  std::unique_ptr<cuda::device_buffer> numbers_;  // lifted numbers on the device
+  std::vector<std::byte> uploaded_;               // what numbers_ holds
 };
 
 }  // namespace autodiff

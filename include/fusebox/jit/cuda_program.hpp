@@ -323,8 +323,9 @@ struct cuda_program {
   void launch(const cpu::frame<T, N>& f, const plan::plan_t<N>& p, const std::array<ir::node, N>& concrete, int k,
               const plan::kernel& kn, const cuda::device_info& dev, cuda::CUstream on, bool tune = false,
               bool may_time = false) const {
-    const dims space = host::space_for(p, concrete, kn);
+    dims space = host::space_for(p, concrete, kn);
     if (space.size() == 0) return;
+    if (space.rank == 0) space = dims{1, {1}};  // one element, as jit/codegen_cuda.hpp renders it
     std::vector<unsigned char> params = pack(f, p, concrete, k, kn, space);
     void* args[] = {params.data()};
     const rendered_cuda_kernel& rk = kernels[k];

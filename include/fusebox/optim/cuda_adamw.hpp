@@ -12,7 +12,7 @@
 // architecture (`--fmad=false`, so a*b+c rounds as the host loop's separate multiply and add).
 // amsgrad is not in the kernel yet (refused by name). The source is `cuda_adamw_source()`, which CI
 // compiles with NVRTC without a GPU (tests/cuda/optim.cpp).
-// Not yet reachable from training: grad() computes gradients on the host only.
+// Device gradients come from compile(value_and_grad(...)) called with device tensors (bench/gpu.cpp's W5).
 // Depends on: optim/adamw.hpp (options, checks), cuda/{tensor,memory,module,nvrtc}.hpp.
 #pragma once
 
