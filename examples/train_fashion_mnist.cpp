@@ -6,6 +6,11 @@
 //
 //   train_fashion_mnist [--epochs 10] [--model mlp] [--threads N] [--data DIR] [--seed S]
 //                       [--train-subset N] [--test-subset N] [--save FILE.safetensors] [--min-accuracy A]
+//                       [--lr 1e-3] [--weight-decay 0.01] [--schedule constant|cosine]
+//
+// --schedule cosine anneals the learning rate per epoch from --lr to 0 over --epochs
+// (optim::cosine_annealing_lr{t_max = epochs}, stepped after each epoch as torch's CosineAnnealingLR
+// is in a per-epoch loop); the default is a constant lr (T1's recipe).
 //
 // The step is one compiled program (forward, loss, backward: nn::compile_step), the update one
 // fused AdamW pass; batches come from fusebox::data::loader (shuffled per epoch, seeded, the last
@@ -61,6 +66,8 @@ struct options {
   std::size_t train_subset = 0, test_subset = 0;  // 0: all
   std::string save;
   double min_accuracy = -1;
+  double lr = 1e-3, weight_decay = 0.01;
+  std::string schedule = "constant";
 };
 
 /// One batch: images [B, 784] and one-hot labels [B, 10], ready for the compiled step.
@@ -92,7 +99,11 @@ int train(const options& opt, fb::data::fashion_mnist& data) {
   using net_t = typename Model::network;
   net_t net(opt.seed);
   auto params = net.parameters();
-  fb::optim::adamw adam(params, {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01});
+  fb::optim::adamw adam(params, {.lr = opt.lr, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = opt.weight_decay});
+  // t_max = epochs: epoch e (from 0) trains at lr0 (1 + cos(pi e / E)) / 2. The scheduler sets lr0 at
+  // construction; a constant schedule never steps it.
+  const bool cosine = opt.schedule == "cosine";
+  fb::optim::scheduler sched(adam, fb::optim::cosine_annealing_lr{.t_max = static_cast<std::size_t>(std::max(opt.epochs, 1))});
   const fb::options copts{.threads = opt.threads};
   auto step = nn::compile_step(net, nn::cross_entropy_loss{}, nn::train, copts, opt.seed);
   auto infer = nn::compile_forward(net, nn::eval, copts);
@@ -102,9 +113,10 @@ int train(const options& opt, fb::data::fashion_mnist& data) {
       data.train, {.batch_size = batch, .shuffle = true, .drop_last = true, .seed = opt.seed});
   fb::data::progress_bar bar(train_n / batch * batch);
   const char* workload = std::string(Model::name) == "cnn" ? "T2" : "T1";
-  std::printf("%s Fashion-MNIST, model %s (%zu parameters), AdamW lr 1e-3 wd 0.01, batch %zu, %zu train / %zu test "
-              "samples, %u thread(s)\n",
-              workload, Model::name, params.numel(), batch, train_n, test_n, fb::default_threads());
+  std::printf("%s Fashion-MNIST, model %s (%zu parameters), AdamW lr %g (%s) wd %g, batch %zu, seed %llu, %zu train / "
+              "%zu test samples, %u thread(s)\n",
+              workload, Model::name, params.numel(), opt.lr, opt.schedule.c_str(), opt.weight_decay, batch,
+              static_cast<unsigned long long>(opt.seed), train_n, test_n, fb::default_threads());
   std::printf("%5s  %10s  %9s  %9s  %8s\n", "epoch", "train loss", "test acc", "train s", "test s");
 
   std::vector<double> epoch_seconds;
@@ -124,6 +136,7 @@ int train(const options& opt, fb::data::fashion_mnist& data) {
     }
     const double train_s = seconds_since(t0);
     epoch_seconds.push_back(train_s);
+    if (cosine) sched.step();
 
     const auto t1 = std::chrono::steady_clock::now();
     std::size_t correct = 0;
@@ -168,7 +181,8 @@ int train(const options& opt, fb::data::fashion_mnist& data) {
 int usage(const char* why) {
   std::fprintf(stderr,
                "train_fashion_mnist: %s\nusage: train_fashion_mnist [--epochs N] [--model mlp|cnn] [--threads N] "
-               "[--data DIR] [--seed S] [--train-subset N] [--test-subset N] [--save FILE] [--min-accuracy A]\n",
+               "[--data DIR] [--seed S] [--train-subset N] [--test-subset N] [--save FILE] [--min-accuracy A] [--lr LR] "
+               "[--weight-decay WD] [--schedule constant|cosine]\n",
                why);
   return 2;
 }
@@ -190,8 +204,12 @@ int main(int argc, char** argv) {
     else if (a == "--test-subset") opt.test_subset = std::strtoull(v, nullptr, 10);
     else if (a == "--save") opt.save = v;
     else if (a == "--min-accuracy") opt.min_accuracy = std::atof(v);
+    else if (a == "--lr") opt.lr = std::atof(v);
+    else if (a == "--weight-decay") opt.weight_decay = std::atof(v);
+    else if (a == "--schedule") opt.schedule = v;
     else return usage(("unknown option " + a).c_str());
   }
+  if (opt.schedule != "constant" && opt.schedule != "cosine") return usage("--schedule takes constant or cosine");
   if (opt.threads) fb::set_default_threads(opt.threads);
 
   fb::data::fashion_mnist data;
