@@ -93,6 +93,30 @@ decltype(auto) unwrap(Out&& outs) {
   else return std::forward<Out>(outs);
 }
 
+/// Runs `prog`, the CUDA program the run-time path chose for a call bound in `f` (a frame of the
+/// expression's own size), on the caller's stream: the frame widened to the merged graph's size,
+/// the runtime made on the first call, and, unless in default mode or `graphs` is false, replayed
+/// from a CUDA graph. Shared by compiled models and compiled gradients.
+template <class D, class T, std::size_t N, class Program>
+void run_cuda_program(const Program& prog, const cpu::frame<T, N>& f, const jit::call_facts& facts,
+                      std::unique_ptr<jit::cuda_runtime>& rt, const options& o, bool graphs) {
+  const auto concrete = jit::specialise(prog.graph, facts.extents);
+  cpu::frame<T, D::NB> g;
+  for (std::size_t i = 0; i < N; ++i) {
+    g.loc[i] = f.loc[i];
+    g.copy_to[i] = f.copy_to[i];
+    g.payload[i] = f.payload[i];
+  }
+  if (!rt) {
+    rt = std::make_unique<jit::cuda_runtime>();
+    rt->graphs.set_cap(o.cudagraph_cap);
+    rt->autotune = o.mode == mode::max_autotune;
+  }
+  // max_autotune is reduce_overhead plus tuning, as in torch.compile.
+  if (o.mode != mode::default_ && graphs) prog.run_graph(g, concrete, facts.extents, *rt);
+  else prog.run(g, concrete, *rt);
+}
+
 }  // namespace detail
 
 template <class Model, options Static = options{}>
@@ -239,22 +263,8 @@ class compiled {
       return Outs{std::tuple_element_t<R, Outs>(shapes[Prog::graph::outputs[R]].desc.shape)...};
     }(std::make_index_sequence<std::tuple_size_v<Outs>>{});
     cpu::bind_outputs<Prog>(f, outs);
-    using dyn_t = jit::dynamic_function<Prog, jit::cuda_target>;
-    const auto concrete = jit::specialise(prog->graph, facts.extents);
-    cpu::frame<typename Prog::value_type, dyn_t::NB> g;
-    for (std::size_t i = 0; i < Prog::N; ++i) {
-      g.loc[i] = f.loc[i];
-      g.copy_to[i] = f.copy_to[i];
-      g.payload[i] = f.payload[i];
-    }
-    if (!cuda_rt_) {
-      cuda_rt_ = std::make_unique<jit::cuda_runtime>();
-      cuda_rt_->graphs.set_cap(opts_.cudagraph_cap);
-      cuda_rt_->autotune = opts_.mode == mode::max_autotune;
-    }
-    // max_autotune is reduce_overhead plus tuning, as in torch.compile.
-    if (opts_.mode != mode::default_ && graph_size_allowed(facts)) prog->run_graph(g, concrete, facts.extents, *cuda_rt_);
-    else prog->run(g, concrete, *cuda_rt_);
+    detail::run_cuda_program<jit::dynamic_function<Prog, jit::cuda_target>>(*prog, f, facts, cuda_rt_, opts_,
+                                                                            graph_size_allowed(facts));
     return detail::unwrap(std::move(outs));
   }
 

@@ -50,6 +50,27 @@ double worst(const T& y, const std::vector<double>& r, std::size_t* at = nullptr
   return e;
 }
 
+/// W1's inputs on the device (x in [-4, 4], w in [0.5, 1.5]) and its double reference.
+template <std::size_t C>
+struct w1_case {
+  fb::cuda::tensor<float, fb::shape<fb::dyn, C>> dx;
+  fb::cuda::tensor<float, fb::shape<C>> dw, db;
+  std::vector<double> r;
+  w1_case(std::size_t rows, std::uint64_t seed) : dx(rows), dw(), db() {
+    fb::tensor<float, fb::shape<fb::dyn, C>> x(rows);
+    fb::tensor<float, fb::shape<C>> w, b;
+    x.fill_random(seed, -4.0f, 4.0f);
+    w.fill_random(seed + 1, 0.5f, 1.5f);
+    b.fill_random(seed + 2);
+    dx.upload(x), dw.upload(w), db.upload(b);
+    r.resize(x.size());
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      const double xv = x.flat(i), u = xv * w.flat(i % C) + b.flat(i % C);
+      r[i] = gelu(u) / (1.0 + std::exp(-xv));
+    }
+  }
+};
+
 template <std::size_t C>
 void check_w1(std::size_t rows) {
   fb::tensor<float, fb::shape<fb::dyn, C>> x(rows);
@@ -321,19 +342,8 @@ TEST_CASE("CUDA: max_autotune times cuBLASLt's candidates once per problem, then
 TEST_CASE("CUDA: max_autotune times the launch configurations of a generated kernel once per kernel and shape",
           "[cuda][autotune]") {
   FUSEBOX_REQUIRE_GPU();
-  constexpr std::size_t C = 328;  // a width no other case uses: a kernel the tuner has not seen
-  fb::tensor<float, fb::shape<fb::dyn, C>> x(70);
-  fb::tensor<float, fb::shape<C>> w, b;
-  x.fill_random(64, -4.0f, 4.0f);
-  w.fill_random(65, 0.5f, 1.5f);
-  b.fill_random(66);
-  const fb::cuda::tensor<float, fb::shape<fb::dyn, C>> dx(x);
-  const fb::cuda::tensor<float, fb::shape<C>> dw(w), db(b);
-  std::vector<double> r(x.size());
-  for (std::size_t i = 0; i < r.size(); ++i) {
-    const double xv = x.flat(i), u = xv * w.flat(i % C) + b.flat(i % C);
-    r[i] = gelu(u) / (1.0 + std::exp(-xv));
-  }
+  const w1_case<328> c(70, 64);  // a width no other case uses: a kernel the tuner has not seen
+  const auto& [dx, dw, db, r] = c;
   auto& tuner = fb::jit::kernel_tuner::instance();
   const auto chosen0 = tuner.timed() + tuner.from_disk();
   auto tuned = fb::compile(w1, fb::options{.mode = fb::mode::max_autotune});
@@ -354,19 +364,8 @@ TEST_CASE("CUDA: max_autotune times the launch configurations of a generated ker
 TEST_CASE("CUDA: fast_math compiles its own kernels (NVRTC --use_fast_math) and stays close to the reference",
           "[cuda][fast_math]") {
   FUSEBOX_REQUIRE_GPU();
-  constexpr std::size_t C = 264;
-  fb::tensor<float, fb::shape<fb::dyn, C>> x(45);
-  fb::tensor<float, fb::shape<C>> w, b;
-  x.fill_random(61, -4.0f, 4.0f);
-  w.fill_random(62, 0.5f, 1.5f);
-  b.fill_random(63);
-  const fb::cuda::tensor<float, fb::shape<fb::dyn, C>> dx(x);
-  const fb::cuda::tensor<float, fb::shape<C>> dw(w), db(b);
-  std::vector<double> r(x.size());
-  for (std::size_t i = 0; i < r.size(); ++i) {
-    const double xv = x.flat(i), u = xv * w.flat(i % C) + b.flat(i % C);
-    r[i] = gelu(u) / (1.0 + std::exp(-xv));
-  }
+  const w1_case<264> c(45, 61);
+  const auto& [dx, dw, db, r] = c;
   auto faithful = fb::compile(w1);
   auto fast = fb::compile(w1, fb::options{.fast_math = true});
   CHECK(worst(faithful(dx, dw, db).to_host(), r) < 3e-5);  // float rounding near the output's zeros

@@ -417,20 +417,7 @@ class compiled_grad {
     using Outs = typename device_outputs<typename P::outputs>::type;
     Outs outs;  // static shapes: each allocated at its extents
     cpu::bind_outputs<Prog>(f, outs);
-    const auto concrete = jit::specialise(prog->graph, facts.extents);
-    cpu::frame<T, D::NB> g;
-    for (std::size_t i = 0; i < Prog::N; ++i) {
-      g.loc[i] = f.loc[i];
-      g.copy_to[i] = f.copy_to[i];
-      g.payload[i] = f.payload[i];
-    }
-    if (!cuda_rt_) {
-      cuda_rt_ = std::make_unique<jit::cuda_runtime>();
-      cuda_rt_->graphs.set_cap(opts_.cudagraph_cap);
-      cuda_rt_->autotune = opts_.mode == mode::max_autotune;
-    }
-    if (opts_.mode != mode::default_) prog->run_graph(g, concrete, facts.extents, *cuda_rt_);
-    else prog->run(g, concrete, *cuda_rt_);
+    fusebox::detail::run_cuda_program<D>(*prog, f, facts, cuda_rt_, opts_, true);
     return detail::shape_result<WithValue>(std::move(outs));
   }
 

@@ -42,6 +42,16 @@
 
 namespace fusebox::jit {
 
+/// The start of every choice's cache key: what is chosen, fusebox's version and the GPU (a choice
+/// timed on one device is not another's). `cublaslt`: the choice names cuBLASLt algorithms.
+inline cache_key device_choice_key(const char* what, bool cublaslt) {
+  const cuda::device_info& dev = cuda::current_device();
+  cache_key key;
+  key.add("fusebox", version_string).add("what", what).add("gpu", dev.name).add("arch", dev.arch);
+  if (cublaslt) key.add("cublaslt", static_cast<std::uint64_t>(cuda::cublaslt().version));
+  return key;
+}
+
 class lt_tuner {
  public:
   static constexpr int candidates = 8;
@@ -114,15 +124,8 @@ class lt_tuner {
   }
 
   static cache_key key_for(const std::string& problem) {
-    const cuda::device_info& dev = cuda::current_device();
-    cache_key key;
-    key.add("fusebox", version_string)
-        .add("what", "cuBLASLt algorithm choice")
-        .add("gpu", dev.name)
-        .add("arch", dev.arch)
-        .add("cublaslt", static_cast<std::uint64_t>(cuda::cublaslt().version))
-        .add("candidates", candidates)
-        .add("problem", problem);
+    cache_key key = device_choice_key("cuBLASLt algorithm choice", true);
+    key.add("candidates", candidates).add("problem", problem);
     return key;
   }
 
@@ -178,14 +181,8 @@ class lt_choices {
   static constexpr std::size_t record_bytes = sizeof(cuda::cublasLtMatmulAlgo_t) + sizeof(std::size_t);
 
   static cache_key key_for(const cuda::lt_problem& p) {
-    const cuda::device_info& dev = cuda::current_device();
-    cache_key key;
-    key.add("fusebox", version_string)
-        .add("what", "cuBLASLt heuristic choice")
-        .add("gpu", dev.name)
-        .add("arch", dev.arch)
-        .add("cublaslt", static_cast<std::uint64_t>(cuda::cublaslt().version))
-        .add("problem", cuda::detail::lt_plan_key(p));
+    cache_key key = device_choice_key("cuBLASLt heuristic choice", true);
+    key.add("problem", cuda::detail::lt_plan_key(p));
     return key;
   }
 
@@ -258,13 +255,8 @@ class kernel_tuner {
 
  private:
   static cache_key key_for(const std::string& problem) {
-    const cuda::device_info& dev = cuda::current_device();
-    cache_key key;
-    key.add("fusebox", version_string)
-        .add("what", "generated kernel launch choice")
-        .add("gpu", dev.name)
-        .add("arch", dev.arch)
-        .add("problem", problem);
+    cache_key key = device_choice_key("generated kernel launch choice", false);
+    key.add("problem", problem);
     return key;
   }
 

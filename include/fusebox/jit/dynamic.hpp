@@ -281,6 +281,9 @@ class dynamic_function {
       if (kn.kind == plan::kernel_kind::spatial)
         throw invalid_argument(std::string("fusebox: ") + p->nodes[kn.node].desc.name +
                                " has no CUDA kernel yet: conv2d and pooling run on the CPU backend only");
+      if (kn.kind == plan::kernel_kind::pad)
+        throw invalid_argument("fusebox: pad (the gradient of slice) has no CUDA kernel yet: a gradient through a "
+                               "slice runs on the CPU backend only");
       if (kn.kind == plan::kernel_kind::attention) {
         const ir::node& n = p->nodes[kn.node];
         rs.push_back(render_cuda_attention(n, p->nodes[n.inputs[0]], p->nodes[n.inputs[2]], p->storage));
