@@ -45,6 +45,20 @@ TEST_CASE("autodiff: attention's derivative matches central differences (causal 
   check_grad("attention, 4 queries, 4 keys, one gradient kernel",
              [](const auto& a, const auto& b, const auto& c, const auto& r) { return total(fb::attention(a, b, c) * r); },
              fb::wrt<0, 1, 2>, qc, kc, ve, signed_tensor<fb::shape<2, 4, 2, 3>>(7118));
+  // A head dim that is a multiple of the vector width, 6 tokens: the register-blocked kernel (four
+  // keys at a time: a full block and a block of two; cpu/attention.hpp), causal and not.
+  const auto q8 = signed_tensor<fb::shape<1, 6, 2, 8>>(7121, 0.05, 0.6);
+  const auto k8 = signed_tensor<fb::shape<1, 6, 2, 8>>(7122, 0.05, 0.6);
+  const auto v8 = signed_tensor<fb::shape<1, 6, 2, 8>>(7123, 0.1, 1.5);
+  const auto w8 = signed_tensor<fb::shape<1, 6, 2, 8>>(7124);
+  check_grad("causal attention, head dim 8",
+             [](const auto& a, const auto& b, const auto& c, const auto& r) {
+               return total(fb::attention(a, b, c, fb::causal) * r);
+             },
+             fb::wrt<0, 1, 2>, q8, k8, v8, w8);
+  check_grad("attention, head dim 8",
+             [](const auto& a, const auto& b, const auto& c, const auto& r) { return total(fb::attention(a, b, c) * r); },
+             fb::wrt<0, 1, 2>, q8, k8, v8, w8);
   // The same operand as q, k and v (self-attention of one tensor): three contributions added.
   check_grad("causal attention(x, x, x), squared",
              [](const auto& a, const auto& r) {

@@ -152,6 +152,81 @@ void attention(const strided<T>& q, const strided<T>& k, const strided<T>& v, co
 }
 
 
+namespace detail {
+/// Part 3's body for one (batch, head) on xsimd vectors, four key rows at a time (a micro-kernel
+/// in the way gemm's is): the scores and dp of the four keys against every query row that sees
+/// them (each q and g row loaded once for the four), exp over the block, then dk and dv of the
+/// four keys with their accumulators in registers (a vector of the head dimension at a time, each
+/// q and g row loaded once for four keys), then dq rows += ds k for the four keys (each dq row
+/// loaded and stored once for four). Operands T == A with unit inner stride, E (== Ev) a multiple
+/// of the vector size. dq is accumulated unscaled into `dq` [Tq, E]; dk, dv are written scaled.
+template <class T, class QR, class KR, class VR, class GR, class DKR, class DVR>
+void attention_backward_keys4(QR qrow, KR krow, VR vrow, GR grow, DKR dkrow, DVR dvrow, const T* lse, const T* dd,
+                              T* dq, std::size_t Tq, std::size_t Tk, std::size_t E, T scale, bool causal) {
+  using V = xsimd::batch<T>;
+  constexpr std::size_t w = V::size, jb = 4;
+  const std::size_t chunks = E / w;
+  thread_local std::vector<T> pbuf, dsbuf;
+  if (pbuf.size() < Tq * jb) pbuf.resize(Tq * jb), dsbuf.resize(Tq * jb);
+  T *P = pbuf.data(), *DS = dsbuf.data();
+  for (std::size_t j0 = 0; j0 < Tk; j0 += jb) {
+    const std::size_t nj = std::min(jb, Tk - j0), i0 = causal ? j0 : 0, n = Tq - i0;
+    const T* kr[jb];
+    const T* vr[jb];
+    for (std::size_t jj = 0; jj < jb; ++jj) {  // rows past the end repeat the last one; their p is 0
+      kr[jj] = krow(j0 + std::min(jj, nj - 1));
+      vr[jj] = vrow(j0 + std::min(jj, nj - 1));
+    }
+    for (std::size_t i = i0; i < Tq; ++i) {
+      const T *qi = qrow(i), *gi = grow(i);
+      V s[jb], d[jb];
+      for (std::size_t jj = 0; jj < jb; ++jj) s[jj] = d[jj] = V(T(0));
+      for (std::size_t c = 0; c < chunks; ++c) {
+        const V qv = V::load_unaligned(qi + c * w), gv = V::load_unaligned(gi + c * w);
+        for (std::size_t jj = 0; jj < jb; ++jj) {
+          s[jj] = xsimd::fma(qv, V::load_unaligned(kr[jj] + c * w), s[jj]);
+          d[jj] = xsimd::fma(gv, V::load_unaligned(vr[jj] + c * w), d[jj]);
+        }
+      }
+      for (std::size_t jj = 0; jj < jb; ++jj) {
+        const bool live = jj < nj && (!causal || j0 + jj <= i);
+        P[(i - i0) * jb + jj] = live ? scale * xsimd::hadd(s[jj]) - lse[i] : -INFINITY;
+        DS[(i - i0) * jb + jj] = xsimd::hadd(d[jj]) - dd[i];
+      }
+    }
+    attention_exp(P, n * jb);  // exp(-inf) = 0: masked and padding pairs contribute nothing
+    for (std::size_t x = 0; x < n * jb; ++x) DS[x] *= P[x];
+    for (std::size_t c = 0; c < chunks; ++c) {  // dk, dv of the four keys, a vector of E at a time
+      V ak[jb], av[jb];
+      for (std::size_t jj = 0; jj < jb; ++jj) ak[jj] = av[jj] = V(T(0));
+      for (std::size_t i = i0; i < Tq; ++i) {
+        const V qv = V::load_unaligned(qrow(i) + c * w), gv = V::load_unaligned(grow(i) + c * w);
+        const T *ds = DS + (i - i0) * jb, *p = P + (i - i0) * jb;
+        for (std::size_t jj = 0; jj < jb; ++jj) {
+          ak[jj] = xsimd::fma(V(ds[jj]), qv, ak[jj]);
+          av[jj] = xsimd::fma(V(p[jj]), gv, av[jj]);
+        }
+      }
+      for (std::size_t jj = 0; jj < nj; ++jj) {
+        (ak[jj] * V(scale)).store_unaligned(dkrow(j0 + jj) + c * w);
+        av[jj].store_unaligned(dvrow(j0 + jj) + c * w);
+      }
+    }
+    for (std::size_t c = 0; c < chunks; ++c) {  // dq rows += ds k over the four keys
+      V kv[jb];
+      for (std::size_t jj = 0; jj < jb; ++jj) kv[jj] = V::load_unaligned(kr[jj] + c * w);
+      for (std::size_t i = i0; i < Tq; ++i) {
+        T* dqi = dq + i * E + c * w;
+        const T* ds = DS + (i - i0) * jb;
+        V r = V::load_unaligned(dqi);
+        for (std::size_t jj = 0; jj < jb; ++jj) r = xsimd::fma(V(ds[jj]), kv[jj], r);
+        r.store_unaligned(dqi);
+      }
+    }
+  }
+}
+}  // namespace detail
+
 /// Part 1: dq [B, Tq, H, E]; part 2: dk | dv [B, Tk, H, E + Ev]; part 3 (Tq == Tk, E == Ev): dq, dk,
 /// dv as [B, T, 3, H, E], of o = attention(q, k, v, causal)
 /// at the gradient g (shaped like o). See the header comment.
@@ -188,8 +263,27 @@ void attention_backward(const strided<T>& q, const strided<T>& k, const strided<
       return out.data + static_cast<std::ptrdiff_t>(b) * out.stride[0] + static_cast<std::ptrdiff_t>(t) * out.stride[1] +
              static_cast<std::ptrdiff_t>(which) * out.stride[2] + static_cast<std::ptrdiff_t>(h) * out.stride[3];
     };
+    bool blocked = false;  // the register-blocked body: A is T, unit inner strides, E a multiple of the vector
+    if constexpr (std::is_same_v<A, T> && xsimd::has_simd_register<T>::value)
+      blocked = qs == 1 && ks == 1 && vs == 1 && gs == 1 && out5 == 1 && E % xsimd::batch<T>::size == 0;
     pool.parallel_for(B * H, [&](std::size_t task, unsigned) {
       const std::size_t h = task % H, b = task / H;
+      if constexpr (std::is_same_v<A, T> && xsimd::has_simd_register<T>::value) {
+        if (blocked) {
+          std::vector<A> lse(Tq), dd(Tq), buf(std::max(Tq, Tk)), dq(Tq * E, A{0});
+          for (std::size_t i = 0; i < Tq; ++i) row_stats(b, i, h, lse[i], dd[i], buf.data());
+          detail::attention_backward_keys4(
+              [&](std::size_t i) { return attention_row(q, b, i, h); }, [&](std::size_t j) { return attention_row(k, b, j, h); },
+              [&](std::size_t j) { return attention_row(v, b, j, h); }, [&](std::size_t i) { return attention_row(g, b, i, h); },
+              [&](std::size_t j) { return grad_row(b, j, 1, h); }, [&](std::size_t j) { return grad_row(b, j, 2, h); },
+              lse.data(), dd.data(), dq.data(), Tq, Tk, E, scale, causal);
+          for (std::size_t i = 0; i < Tq; ++i) {
+            T* row = grad_row(b, i, 0, h);
+            for (std::size_t e = 0; e < E; ++e) row[e] = scale * dq[i * E + e];
+          }
+          return;
+        }
+      }
       // lse, D per query row; p and dp of one key row against every query row; dq rows.
       std::vector<A> lse(Tq), dd(Tq), p(std::max(Tq, Tk)), dp(Tq), dq(Tq * E, A{0});
       for (std::size_t i = 0; i < Tq; ++i) row_stats(b, i, h, lse[i], dd[i], p.data());
