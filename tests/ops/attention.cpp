@@ -116,6 +116,23 @@ TEST_CASE("attention: rows of more than 256 keys (the score row outgrows its sta
         reference(1, TC, TC, 1, 4, 3, true, accessor(qc), accessor(kc), accessor(vc)), 2.0);
 }
 
+TEST_CASE("attention: head dims that are multiples of the vector (the four-row micro-kernel), ragged row blocks",
+          "[ops][attention]") {
+  constexpr std::size_t TQ = 7, TK = 11, E16 = 32, EV16 = 16;  // 7 rows: a block of 4 and one of 3
+  fb::tensor<float, fb::shape<2, TQ, 3, E16>> q;
+  fb::tensor<float, fb::shape<2, TK, 3, E16>> k;
+  fb::tensor<float, fb::shape<2, TK, 3, EV16>> v;
+  q.fill_random(51, -1.0f, 1.0f), k.fill_random(52, -1.0f, 1.0f), v.fill_random(53);
+  check(fb::attention(q, k, v), reference(2, TQ, TK, 3, E16, EV16, false, accessor(q), accessor(k), accessor(v)), 2.0);
+  fb::tensor<float, fb::shape<2, TQ, 3, E16>> kc;
+  fb::tensor<float, fb::shape<2, TQ, 3, EV16>> vc;
+  kc.fill_random(54, -1.0f, 1.0f), vc.fill_random(55);
+  check(fb::attention(q, kc, vc, fb::causal),
+        reference(2, TQ, TQ, 3, E16, EV16, true, accessor(q), accessor(kc), accessor(vc)), 2.0);
+  auto compiled = fb::compile([](auto a, auto b, auto c) { return fb::attention(a, b, c, fb::causal); });
+  check(compiled(q, kc, vc), reference(2, TQ, TQ, 3, E16, EV16, true, accessor(q), accessor(kc), accessor(vc)), 2.0);
+}
+
 TEST_CASE("attention: q, k, v as strided views (one projection's heads; PyTorch's layout transposed)",
           "[ops][attention]") {
   // x·w is [B*T, 3*H*E]: q, k and v are its three column blocks seen as [B, T, H, E]. The

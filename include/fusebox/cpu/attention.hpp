@@ -1,6 +1,8 @@
-// cpu/attention.hpp: attention() on the host (ops/attention.hpp). One task per (batch, head,
-// query row): the row's scores (one dot product per key) into a row buffer, their maximum, exp on
-// xsimd vectors, then one axpy per key; nothing larger than a row of scores is stored. Operands are read through their strides (q, k, v may be
+// cpu/attention.hpp: attention() on the host (ops/attention.hpp). One task per (batch, head, block
+// of four query rows) where the element is float or double with unit inner strides and head dims
+// that are multiples of the vector (attention_rows4: a register-blocked micro-kernel), else per
+// query row: the rows' scores into a buffer, their maximum, exp on xsimd vectors, then the value
+// rows weighted; nothing larger than four rows of scores is stored. Operands are read through their strides (q, k, v may be
 // views of a wider projection); the output is written through its strides.
 //
 // attention_backward(): the gradients (expr/grad_nodes.hpp), as FlashAttention-2's backward
@@ -106,6 +108,57 @@ struct attention_scratch {
 };
 }  // namespace detail
 
+namespace detail {
+inline constexpr std::size_t attention_rows = 4;
+/// The forward for query rows [i0, i0 + nr) (nr <= 4) of one (batch, head) on xsimd vectors, in the
+/// way of gemm's micro-kernel: the four rows' scores against each key row (a k row loaded once for
+/// the four), per row its maximum and exp over the row, then the four output rows a vector of Ev
+/// at a time with the accumulators in registers (a v row loaded once for the four). T == A, unit
+/// inner strides, E and Ev multiples of the vector size.
+template <class T, class QR, class KR, class VR, class OR>
+void attention_rows4(QR qrow, KR krow, VR vrow, OR orow, std::size_t i0, std::size_t nr, std::size_t Tk, std::size_t E,
+                     std::size_t Ev, T scale, bool causal) {
+  using V = xsimd::batch<T>;
+  constexpr std::size_t w = V::size, rb = attention_rows;
+  const std::size_t last = i0 + nr - 1, keys = causal ? std::min(last + 1, Tk) : Tk;
+  thread_local std::vector<T> sbuf;
+  if (sbuf.size() < rb * keys) sbuf.resize(rb * keys);
+  T* S = sbuf.data();  // [rb][keys]
+  const T* qr[rb];
+  for (std::size_t r = 0; r < rb; ++r) qr[r] = qrow(i0 + std::min(r, nr - 1));  // past nr: repeats, unused
+  for (std::size_t j = 0; j < keys; ++j) {
+    const T* kj = krow(j);
+    V s[rb];
+    for (std::size_t r = 0; r < rb; ++r) s[r] = V(T(0));
+    for (std::size_t c = 0; c < E; c += w) {
+      const V kv = V::load_unaligned(kj + c);
+      for (std::size_t r = 0; r < rb; ++r) s[r] = xsimd::fma(V::load_unaligned(qr[r] + c), kv, s[r]);
+    }
+    for (std::size_t r = 0; r < rb; ++r)
+      S[r * keys + j] = (causal && j > i0 + r) ? T(-INFINITY) : scale * xsimd::hadd(s[r]);
+  }
+  T inv[rb];
+  for (std::size_t r = 0; r < rb; ++r) {
+    T* row = S + r * keys;
+    T m = T(-INFINITY), l = 0;
+    for (std::size_t j = 0; j < keys; ++j) m = std::max(m, row[j]);
+    for (std::size_t j = 0; j < keys; ++j) row[j] -= m;
+    attention_exp(row, keys);  // masked scores: exp(-inf) = 0
+    for (std::size_t j = 0; j < keys; ++j) l += row[j];
+    inv[r] = l > 0 ? T(1) / l : T(0);
+  }
+  for (std::size_t c = 0; c < Ev; c += w) {
+    V acc[rb];
+    for (std::size_t r = 0; r < rb; ++r) acc[r] = V(T(0));
+    for (std::size_t j = 0; j < keys; ++j) {
+      const V vv = V::load_unaligned(vrow(j) + c);
+      for (std::size_t r = 0; r < rb; ++r) acc[r] = xsimd::fma(V(S[r * keys + j]), vv, acc[r]);
+    }
+    for (std::size_t r = 0; r < nr; ++r) (acc[r] * V(inv[r])).store_unaligned(orow(i0 + r) + c);
+  }
+}
+}  // namespace detail
+
 /// o = softmax(q·kᵀ / sqrt(E), causal) · v for [B, T, H, E] operands (see ops/attention.hpp).
 /// Accumulates in double for double, else in float.
 template <class T>
@@ -120,6 +173,20 @@ void attention(const strided<T>& q, const strided<T>& k, const strided<T>& v, co
     return x.data + static_cast<std::ptrdiff_t>(b) * x.stride[0] + static_cast<std::ptrdiff_t>(t) * x.stride[1] +
            static_cast<std::ptrdiff_t>(h) * x.stride[2];
   };
+  if constexpr (std::is_same_v<A, T> && xsimd::has_simd_register<T>::value) {
+    constexpr std::size_t w = xsimd::batch<T>::size, rb = detail::attention_rows;
+    if (q.stride[3] == 1 && k.stride[3] == 1 && v.stride[3] == 1 && o.stride[3] == 1 && E % w == 0 && Ev % w == 0) {
+      const std::size_t blocks = (Tq + rb - 1) / rb;
+      pool.parallel_for(B * H * blocks, [&](std::size_t task, unsigned) {
+        const std::size_t i0 = task % blocks * rb, h = task / blocks % H, b = task / (blocks * H);
+        detail::attention_rows4(
+            [&](std::size_t i) { return at(q, b, i, h); }, [&](std::size_t j) { return at(k, b, j, h); },
+            [&](std::size_t j) { return at(v, b, j, h); }, [&](std::size_t i) { return const_cast<T*>(at(o, b, i, h)); },
+            i0, std::min(rb, Tq - i0), Tk, E, Ev, scale, causal);
+      });
+      return;
+    }
+  }
   pool.parallel_for(B * H * Tq, [&](std::size_t task, unsigned) {
     const std::size_t i = task % Tq, h = task / Tq % H, b = task / (Tq * H);
     A stack_acc[stack_width];
