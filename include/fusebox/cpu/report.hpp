@@ -124,10 +124,15 @@ std::string describe(unsigned threads) {
       const dims &q = nodes[n.inputs[0]].desc.shape, &kk = nodes[n.inputs[1]].desc.shape, &o = n.desc.shape;
       ops = std::string(n.desc.name) + (n.desc.axis == 1 ? " (causal)" : "");
       const double pairs = static_cast<double>(q[0] * q[1] * q[2] * kk[1]) * (n.desc.axis == 1 ? 0.5 : 1.0);
-      flops = 2.0 * pairs * static_cast<double>(q[3] + o[3]);
-      for (int in = 0; in < 3; ++in) bytes += nodes[n.inputs[in]].desc.shape.size() * eb;
+      const double e = static_cast<double>(q[3]), ev = static_cast<double>(nodes[n.inputs[2]].desc.shape[3]);
+      // Forward: scores and the weighted sum. Gradients (cpu/attention.hpp): the scores twice (the
+      // row statistics, then the pairs), dp, and the dq, dk, dv sums.
+      flops = n.desc.variant == 0 ? 2.0 * pairs * (e + ev) : 2.0 * pairs * (4 * e + 2 * ev);
+      for (int in = 0; in < n.n_inputs; ++in) bytes += nodes[n.inputs[in]].desc.shape.size() * eb;
       bytes += o.size() * eb;
-      loop = "online softmax per (batch, head, query) over " + to_string(q) + " x " + to_string(kk) + " -> " + to_string(o);
+      loop = std::string(n.desc.variant == 0 ? "scores, max, exp, weighted value rows per (batch, head, query rows)"
+                                             : "softmax recomputed, gradients per (batch, head) or row") +
+             " over " + to_string(q) + " x " + to_string(kk) + " -> " + to_string(o);
     } else if (kn.kind == plan::kernel_kind::pad) {
       const ir::node& n = nodes[kn.node];
       ops = n.n_inputs == 1 ? "pad (a slice's gradient)" : "pad (the gradients of adjacent slices, side by side)";
