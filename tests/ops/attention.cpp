@@ -4,7 +4,7 @@
 // [B, H, T, E] layout through transpose, q, k and v sliced from one packed projection), against a double reference of softmax(q·kᵀ/sqrt(E))·v
 // on every output element; shape errors name the three shapes.
 //
-// Tolerance: each output is a convex combination of v's entries (weights from an online softmax in
+// Tolerance: each output is a convex combination of v's entries (weights from a softmax computed in
 // float), so the error is a few ulps of max|v| times the rounding of the scores, which grows with
 // E·max|q|·max|k|; 2e-5 relative to max|v| bounds it for the sizes here with a wide margin, and a
 // wrong mask, scale or normalisation is off by far more (> 1e-2).
