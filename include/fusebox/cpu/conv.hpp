@@ -18,7 +18,7 @@
 //   weight grad   K runs over the pixels of all images of a chunk: the chunk's partial sum stays
 //                 in the C tiles (each element one fma chain over the chunk's images and pixels in
 //                 order), no per-image product buffer and no add pass. A = g[n] (packed per image),
-//                 B = col(x[n])ᵀ (im2col, then panels through gemm's register transposes).
+//                 B = col(x[n])ᵀ, each [P, NR] panel gathered straight from the image (no col).
 // Every output element is one chain of fused multiply-adds in increasing k, as gemm's contract
 // says, so the forward and the input gradient equal what gemm() gave bit for bit.
 //
@@ -312,6 +312,45 @@ void pack_weight(const strided<T>& w, bool transposed, T* dst) {
     }
 }
 
+/// The weight gradient's B panel, gathered straight from the image: panel[p * NR + j] =
+/// col(x[n])[j0 + j, p] (colᵀ's rows p, columns j0..j0+cnt), 0 for j in [cnt, NR) and in the
+/// padding. A pixel whose window lies inside the image (all of them without padding) is one
+/// gather at fixed offsets from its window's corner.
+template <class T>
+void pack_colT_panel(const strided<T>& x, std::size_t n, const conv_geometry& g, std::size_t j0, std::size_t cnt,
+                     T* panel) {
+  constexpr std::size_t NR = conv_nr<T>;
+  const std::ptrdiff_t s1 = x.stride[1], s2 = x.stride[2], s3 = x.stride[3];
+  const T* img = x.data + static_cast<std::ptrdiff_t>(n) * x.stride[0];
+  std::ptrdiff_t off[NR], dh[NR], dw[NR], ch[NR];
+  for (std::size_t j = 0; j < cnt; ++j) {
+    const std::size_t ck = j0 + j, c = ck / (g.kh * g.kw), kh = ck / g.kw % g.kh, kw = ck % g.kw;
+    ch[j] = static_cast<std::ptrdiff_t>(c);
+    dh[j] = static_cast<std::ptrdiff_t>(kh);
+    dw[j] = static_cast<std::ptrdiff_t>(kw);
+    off[j] = ch[j] * s1 + dh[j] * s2 + dw[j] * s3;
+  }
+  const std::ptrdiff_t H = static_cast<std::ptrdiff_t>(g.h), W = static_cast<std::ptrdiff_t>(g.w);
+  const std::ptrdiff_t KH = static_cast<std::ptrdiff_t>(g.kh), KW = static_cast<std::ptrdiff_t>(g.kw);
+  T* d = panel;
+  for (std::size_t oh = 0; oh < g.oh; ++oh) {
+    const std::ptrdiff_t ih0 = static_cast<std::ptrdiff_t>(oh) * g.sh - g.ph;
+    for (std::size_t ow = 0; ow < g.ow; ++ow, d += NR) {
+      const std::ptrdiff_t iw0 = static_cast<std::ptrdiff_t>(ow) * g.sw - g.pw;
+      if (ih0 >= 0 && ih0 + KH <= H && iw0 >= 0 && iw0 + KW <= W) {
+        const T* corner = img + ih0 * s2 + iw0 * s3;
+        for (std::size_t j = 0; j < cnt; ++j) d[j] = corner[off[j]];
+      } else {
+        for (std::size_t j = 0; j < cnt; ++j) {
+          const std::ptrdiff_t ih = ih0 + dh[j], iw = iw0 + dw[j];
+          d[j] = ih >= 0 && ih < H && iw >= 0 && iw < W ? img[ch[j] * s1 + ih * s2 + iw * s3] : T(0);
+        }
+      }
+      for (std::size_t j = cnt; j < NR; ++j) d[j] = T(0);
+    }
+  }
+}
+
 }  // namespace detail
 
 // ---- workspace: what each kernel needs, for the executors to size before a call ----
@@ -337,7 +376,6 @@ constexpr conv_sizes conv_sizes_of(spatial_op op, const conv_geometry& g) {
     s.panel = round64(g.o * NR * sizeof(T));
   } else {  // weight grad: the chunks' partial sums
     s.shared = weight_grad_chunks(g.n) * round64(g.o * CK * sizeof(T));
-    s.col = round64(CK * P * sizeof(T));
     s.g_image = round64(g.o * P * sizeof(T));
     s.panel = round64(P * NR * sizeof(T));
     s.a_pack = round64(packed_a_elems<T>(g.o, P) * sizeof(T));
@@ -487,13 +525,11 @@ void conv2d_weight_grad(const window& win, const strided<T>& gy, const strided<T
     T* part = partials + ch * part_stride;
     const std::size_t n0 = ch * g.n / chunks, n1 = (ch + 1) * g.n / chunks;
     for (std::size_t n = n0; n < n1; ++n) {
-      detail::im2col(x, n, g, piece.col);
       const matrix_view<T> gi = detail::image_matrix(gy, n, piece.g_image);
       detail::pack_a(g.o, P, gi, piece.a_pack);
       for (std::size_t j0 = 0; j0 < CK; j0 += NR) {
         const std::size_t cnt = std::min(NR, CK - j0);
-        // colᵀ [P, CK]: B(k = pixel, j = ck) = col[ck * P + pixel], through register transposes.
-        detail::pack_b_panel(cnt, P, piece.col + j0 * P, 1, static_cast<std::ptrdiff_t>(P), piece.panel, NR);
+        detail::pack_colT_panel(x, n, g, j0, cnt, piece.panel);
         detail::packed_product(g.o, P, cnt, piece.a_pack, piece.panel, part + j0, static_cast<std::ptrdiff_t>(CK),
                                n != n0);
       }
