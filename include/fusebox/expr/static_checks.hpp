@@ -4,8 +4,10 @@
 // arguments carry the op and both shapes: the compiler prints "In instantiation of
 // 'fusebox::static_check::cannot_broadcast<fusebox::ops::add, fusebox::shape<3, 4>,
 // fusebox::shape<5>, false>'" above the message, and "required from here" at the user's line.
-// Depends on: nothing.
+// Depends on: <cstddef>.
 #pragma once
+
+#include <cstddef>
 
 namespace fusebox::static_check {
 
