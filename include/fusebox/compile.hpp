@@ -51,11 +51,13 @@ auto as_roots(const R& r) {
   }
 }
 
-template <class Tuple>
+/// FastMath: options::fast_math given at build time (compile<options{.fast_math = true}>).
+template <class Tuple, bool FastMath = false>
 struct program_of;
-template <class... Roots>
-struct program_of<std::tuple<Roots...>> {
-  using type = cpu::program<typename std::tuple_element_t<0, std::tuple<Roots...>>::value_type, Roots...>;
+template <class... Roots, bool FastMath>
+struct program_of<std::tuple<Roots...>, FastMath> {
+  using type =
+      cpu::basic_program<FastMath, typename std::tuple_element_t<0, std::tuple<Roots...>>::value_type, Roots...>;
   using outputs = std::tuple<tensor<typename Roots::value_type, shape_of_t<Roots>>...>;
   using device_outputs = std::tuple<cuda::tensor<typename Roots::value_type, shape_of_t<Roots>>...>;
 };
@@ -124,6 +126,7 @@ class compiled {
  public:
   compiled(Model model, options opts) : model_(std::move(model)), opts_(opts) {
     if constexpr (Static.fullgraph) opts_.fullgraph = true;
+    if constexpr (Static.fast_math) opts_.fast_math = true;
     rt_->pool = &cpu::shared_pool(opts_.threads ? opts_.threads : default_threads());
   }
 
@@ -145,7 +148,8 @@ class compiled {
       out = call(nullptr, args...);  // the run-time path allocates its result (no steady-state promise)
     } else {
       auto [roots, guard] = capture(nullptr, args...);
-      using Prog = typename detail::program_of<decltype(roots)>::type;
+      using Prog = typename detail::program_of<decltype(roots), Static.fast_math>::type;
+      check_fast_math<Prog>();
       typename Prog::frame_t f;
       const auto targs = std::tie(args...);
       cpu::bind_inputs<Prog>(f, roots, targs);
@@ -169,7 +173,7 @@ class compiled {
   template <class... Args>
   std::string describe(std::vector<detail::break_record>* breaks, const Args&... args) {
     auto [roots, guard] = capture(breaks, args...);
-    using Prog = typename detail::program_of<decltype(roots)>::type;
+    using Prog = typename detail::program_of<decltype(roots), Static.fast_math>::type;
     if constexpr (Prog::all_static) {
       return cpu::describe<Prog>(threads());
     } else {
@@ -204,6 +208,7 @@ class compiled {
     const auto targs = std::tie(args...);
     cpu::bind_inputs<Prog>(f, roots, targs);
     if constexpr (Prog::all_static) {
+      check_fast_math<Prog>();
       auto outs = make_outputs<Outs, Prog>(f);
       cpu::bind_and_run<Prog>(f, outs, *rt_);
       return detail::unwrap(std::move(outs));
@@ -299,7 +304,22 @@ class compiled {
           detail::symbolic_arg<I, Static.fullgraph>(std::declval<const Args&>())...)));
   template <class... Args>
   using program_for_args =
-      detail::program_of<decltype(roots_type(std::index_sequence_for<Args...>{}, meta::type_list<Args...>{}))>;
+      detail::program_of<decltype(roots_type(std::index_sequence_for<Args...>{}, meta::type_list<Args...>{})),
+                         Static.fast_math>;
+
+  /// Run-time fast_math reaches the run-time path (dyn extents: the generated kernels) and CUDA; a
+  /// program whose extents are all static was instantiated when this translation unit was
+  /// compiled, so it takes fast math as a build-time option only. Saying so beats ignoring it.
+  template <class Prog>
+  void check_fast_math() const {
+    if constexpr (Prog::all_static && !Static.fast_math)
+      if (opts_.fast_math)
+        throw invalid_argument(
+            "fusebox: compile(model, options{.fast_math = true}) on host tensors of static shapes: this "
+            "program's kernels were built with the translation unit, so fast math must be a build-time "
+            "option there: compile<options{.fast_math = true}>(model) (a run-time fast_math reaches "
+            "dyn extents and the CUDA backend)");
+  }
   template <class... Args>
   using program_for = typename program_for_args<Args...>::type;
 

@@ -370,3 +370,83 @@ TEMPLATE_TEST_CASE("vmath::erf and vmath::tanh are exactly odd", "[vmath]", floa
 }
 
 }  // namespace
+
+// ---- vmath::fast (options::fast_math) ------------------------------------------------------------
+// The same sweep as the faithful functions, against the same long double references, with the
+// bounds documented in vmath.hpp (measured maxima plus a margin). Inputs where a fast function is
+// documented to differ in kind are left out of the sweep and checked as special values below: -inf
+// for silu, gelu and gelu_tanh (NaN), and exp within 3e-6 of overflow (may round to +inf).
+namespace {
+
+std::vector<float> without(std::vector<float> xs, auto drop) {
+    std::erase_if(xs, drop);
+    return xs;
+}
+bool is_neg_inf(float x) { return x == -lim<float>::infinity(); }
+
+}  // namespace
+
+TEST_CASE("vmath::fast: float error bounds over the sweep, scalar == batch lane", "[vmath][fast_math]") {
+    namespace vf = fusebox::vmath::fast;
+    check<float>("fast exp", [](auto x) { return vf::exp(x); }, ref_exp,
+                 without(exp_inputs<float>(), [](float x) { return x > 88.72f && x < 88.75f; }),
+                 {.rel = 3.3e-6});
+    check<float>("fast log", [](auto x) { return vf::log(x); }, ref_log,
+                 without(inputs<float>(0.0f, 10.0f, {2.0f / 3, 4.0f / 3, 1.0f, 0.75f, 1.5f}, 12),
+                         [](float x) { return x != 0 && std::fabs(x) < lim<float>::min(); }),  // subnormals: -inf
+                 {.rel = 1.8e-6});
+    check<float>("fast erf", [](auto x) { return vf::erf(x); }, ref_erf,
+                 inputs<float>(-7.0f, 7.0f, {0.875f, -0.875f, 3.6f, -3.6f}, 13), {.abs = 1.7e-6});
+    check<float>("fast tanh", [](auto x) { return vf::tanh(x); }, ref_tanh,
+                 inputs<float>(-22.0f, 22.0f, {9.0f, 10.0f, 0.35f}, 14), {.rel = 6e-7, .abs = 1.7e-7});
+    check<float>("fast sigmoid", [](auto x) { return vf::sigmoid(x); }, ref_sigmoid, exp_inputs<float>(),
+                 {.rel = 3.6e-6});
+    check<float>("fast silu", [](auto x) { return vf::silu(x); }, ref_silu, without(exp_inputs<float>(), is_neg_inf),
+                 {.rel = 3.6e-6});
+    check<float>("fast gelu", [](auto x) { return vf::gelu(x); }, ref_gelu,
+                 without(inputs<float>(-16.0f, 16.0f, {-5.5f, -3.0f, 3.6f}, 15), is_neg_inf), {.abs = 3.8e-6});
+    auto xs = without(inputs<float>(-3.0f, 14.0f, {-3.0f}, 16), [](float x) { return !(x >= -3.0f); });
+    check<float>("fast gelu_tanh", [](auto x) { return vf::gelu_tanh(x); }, ref_gelu_tanh, xs, {.rel = 4e-6});
+}
+
+TEST_CASE("vmath::fast: special values; double is the faithful function", "[vmath][fast_math]") {
+    namespace vf = fusebox::vmath::fast;
+    float const inf = lim<float>::infinity(), nan = lim<float>::quiet_NaN();
+    CHECK(vf::exp(inf) == inf);
+    CHECK(vf::exp(-inf) == 0);
+    CHECK(vf::exp(88.75f) == inf);
+    CHECK(vf::exp(-87.0f) == 0);  // flushed: exp(-87) = 1.6e-38
+    CHECK(vf::log(0.0f) == -inf);
+    CHECK(vf::log(lim<float>::denorm_min()) == -inf);
+    CHECK(vf::log(inf) == inf);
+    CHECK(std::isnan(vf::log(-1.0f)));
+    CHECK(vf::erf(inf) == 1);
+    CHECK(vf::erf(-inf) == -1);
+    CHECK(vf::tanh(-inf) == -1);
+    CHECK(vf::sigmoid(-inf) == 0);
+    CHECK(vf::sigmoid(inf) == 1);
+    for (auto f : {+[](float x) { return vf::silu(x); }, +[](float x) { return vf::gelu(x); },
+                   +[](float x) { return vf::gelu_tanh(x); }}) {
+        CHECK(f(inf) == inf);
+        CHECK(std::isnan(f(-inf)));  // documented: faithful gives -0
+        CHECK(f(-100.0f) == 0);
+    }
+    for (auto f : {+[](float x) { return vf::exp(x); }, +[](float x) { return vf::log(x); },
+                   +[](float x) { return vf::erf(x); }, +[](float x) { return vf::tanh(x); },
+                   +[](float x) { return vf::sigmoid(x); }, +[](float x) { return vf::silu(x); },
+                   +[](float x) { return vf::gelu(x); }, +[](float x) { return vf::gelu_tanh(x); }})
+        CHECK(std::isnan(f(nan)));
+    // The fast variants are different functions (a test that cannot fail otherwise), and double
+    // is unchanged, bit for bit.
+    CHECK(vf::gelu(0.7f) != vm::gelu(0.7f));
+    CHECK(vf::exp(0.3f) != vm::exp(0.3f));
+    std::mt19937_64 rng(17);
+    std::uniform_real_distribution<double> uni(-20, 20);
+    for (int i = 0; i < 10000; ++i) {
+        double const x = uni(rng);
+        REQUIRE(vf::exp(x) == vm::exp(x));
+        REQUIRE(vf::gelu(x) == vm::gelu(x));
+        REQUIRE(vf::tanh(x) == vm::tanh(x));
+        REQUIRE(vf::sigmoid(x) == vm::sigmoid(x));
+    }
+}

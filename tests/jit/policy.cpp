@@ -2,6 +2,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -386,4 +388,87 @@ TEST_CASE("regional compilation: 12 layers of one compiled block compile the blo
   CHECK(first >= 2);
   CHECK(fb::jit::counters().kernels_compiled.load() - before == first);
   require_close(h, e);
+}
+
+// ---- options::fast_math on the host ----------------------------------------------------------------
+// Both host paths evaluate vmath::fast when asked: the static path when fast_math is a build-time
+// option (the program type carries it), the run-time path when it is a run-time one (the generated
+// kernels spell ops::fast_math_t<...>, and the kernel cache key has a fast_math field). Each result
+// is checked, every element, against a double reference within the documented bound, and against
+// the faithful result: they must differ somewhere, or the fast path was not taken.
+namespace {
+
+auto activations = [](auto x) { return fb::gelu(x) + fb::tanh(x) * fb::sigmoid(x) + fb::exp(x * 0.5f); };
+double activations_ref(double x) {
+  return 0.5 * x * std::erfc(-x / std::sqrt(2.0)) + std::tanh(x) / (1 + std::exp(-x)) + std::exp(0.5 * x);
+}
+
+/// Max abs error against the double reference, and max |a - b| between two results.
+template <class A, class B, class X>
+std::pair<double, double> fast_errors(const A& fast, const B& faithful, const X& x) {
+  double worst = 0, apart = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    worst = std::max(worst, std::fabs(double(fast.flat(i)) - activations_ref(x.flat(i))));
+    apart = std::max(apart, std::fabs(double(fast.flat(i)) - double(faithful.flat(i))));
+  }
+  return {worst, apart};
+}
+
+// x in [-3, 3]: gelu 3.8e-6 |x| / 3.6, tanh 1.7e-7, sigmoid and exp 3.3e-6 relative (exp(1.5) = 4.5),
+// plus the adds' rounding.
+constexpr double fast_bound = 2.5e-5;
+constexpr double faithful_bound = 3e-6;
+
+}  // namespace
+
+TEST_CASE("fast_math, static path: compile<options{.fast_math = true}> evaluates vmath::fast", "[jit][fast_math]") {
+  fb::tensor<float, fb::shape<33, 70>> x;  // a tail after the vector body in every row
+  x.fill_random(21, -3.0f, 3.0f);
+  auto faithful = fb::compile(activations);
+  auto fast = fb::compile<fb::options{.fast_math = true}>(activations);
+  const auto yf = faithful(x);
+  const auto y = fast(x);
+  const auto [fast_err, apart] = fast_errors(y, yf, x);
+  const auto [faithful_err, same] = fast_errors(yf, yf, x);
+  INFO("fast max abs error " << fast_err << ", faithful " << faithful_err << ", apart " << apart);
+  CHECK(fast_err <= fast_bound);
+  CHECK(faithful_err <= faithful_bound);
+  CHECK(apart > 1e-7);  // the fast path was taken
+  CHECK(same == 0);
+}
+
+TEST_CASE("fast_math, run-time path: its own kernels (cache key), vmath::fast, within bound", "[jit][fast_math]") {
+  cache();
+  fb::tensor<float, fb::shape<fb::dyn, 70>> x(13);
+  x.fill_random(22, -3.0f, 3.0f);
+  auto faithful = fb::compile(activations);
+  auto fast = fb::compile(activations, fb::options{.fast_math = true});
+  const auto c0 = fb::jit::counters().kernels_compiled.load();
+  const fb::tensor<float, fb::shape<fb::dyn, 70>> yf = faithful(x);
+  const auto c1 = fb::jit::counters().kernels_compiled.load();
+  const fb::tensor<float, fb::shape<fb::dyn, 70>> y = fast(x);
+  const auto c2 = fb::jit::counters().kernels_compiled.load();
+  // Same graph, same extents: had the keys been equal, the fast call would have hit the faithful
+  // kernel in the memory cache and compiled nothing.
+  CHECK(c1 - c0 >= 1);
+  CHECK(c2 - c1 == c1 - c0);
+  const auto [fast_err, apart] = fast_errors(y, yf, x);
+  const auto [faithful_err, same] = fast_errors(yf, yf, x);
+  INFO("fast max abs error " << fast_err << ", faithful " << faithful_err << ", apart " << apart);
+  CHECK(fast_err <= fast_bound);
+  CHECK(faithful_err <= faithful_bound);
+  CHECK(apart > 1e-7);
+  // and the same function with static shapes gives the same bits as the generated kernels
+  fb::tensor<float, fb::shape<13, 70>> xs;
+  for (std::size_t i = 0; i < xs.size(); ++i) xs.flat(i) = x.flat(i);
+  const auto ys = fb::compile<fb::options{.fast_math = true}>(activations)(xs);
+  for (std::size_t i = 0; i < xs.size(); ++i) REQUIRE(ys.flat(i) == y.flat(i));
+}
+
+TEST_CASE("fast_math as a run-time option on static host shapes is an error that names the fix", "[jit][fast_math]") {
+  fb::tensor<float, fb::shape<4, 8>> x;
+  x.fill_random(23);
+  auto fast = fb::compile(activations, fb::options{.fast_math = true});
+  CHECK_THROWS_WITH(fast(x), Catch::Contains("compile<options{.fast_math = true}>(model)") &&
+                                 Catch::Contains("static shapes"));
 }

@@ -41,6 +41,7 @@
 #include "fusebox/cpu/thread_pool.hpp"
 #include "fusebox/expr/spatial.hpp"
 #include "fusebox/ir/graph.hpp"
+#include "fusebox/ops/fast_math.hpp"
 #include "fusebox/plan/planner.hpp"
 #include "fusebox/profile.hpp"
 
@@ -64,8 +65,10 @@ inline constexpr std::size_t min_task_elems = 1 << 14;  // below this a task cos
 
 }  // namespace detail
 
-template <class T, class... Roots>
-struct program {
+/// FastMath: pointwise ops evaluate ops::fast_math_t<Op> (options::fast_math given at build time,
+/// ops/fast_math.hpp). `program<T, Roots...>` is the faithful one.
+template <bool FastMath, class T, class... Roots>
+struct basic_program {
   using graph = ir::graph<Roots...>;
   static constexpr std::size_t N = graph::size;
   static constexpr auto nodes = graph::nodes;
@@ -365,7 +368,7 @@ struct program {
     template <int Id>
     W compute() const {
       using E = typename graph::template type_of<Id>;
-      using Op = typename E::op;
+      using Op = ops::math_op_t<FastMath, typename E::op>;
       constexpr auto nd = nodes[Id];
       if constexpr (nd.n_inputs == 1) return Op::apply(get<nd.inputs[0]>());
       else if constexpr (nd.n_inputs == 2) return Op::apply(get<nd.inputs[0]>(), get<nd.inputs[1]>());
@@ -809,5 +812,8 @@ struct program {
     strided_copy(f.loc[I], f.copy_to[I]);
   }
 };
+
+template <class T, class... Roots>
+using program = basic_program<false, T, Roots...>;
 
 }  // namespace fusebox::cpu

@@ -625,6 +625,124 @@ inline V gelu_tanh_impl(V const& x) noexcept {
     return detail::select(x == V(-std::numeric_limits<T>::infinity()), V(T(-0.0)), y);
 }
 
+// ---- fast math (options::fast_math): float only -------------------------------------------------
+// Shorter polynomials, no subnormal inputs or results, and no special-case work beyond a clamp and
+// a select where it keeps the function safe. Double goes to the faithful functions, as NVRTC's
+// --use_fast_math changes single precision only. The same helpers as above, so scalar == batch
+// lane holds here too. Coefficients: near-minimax fits (Lawson iterations in long double, rounded
+// to float); the measured errors are in the function comments below and docs/architecture.md.
+struct fast_consts {
+    // exp(r) ~= 1 + r Q(r) on |r| <= ln2/2; fitted relative error 2.8e-6.
+    static constexpr std::array<float, 4> exp_q = {0x1.fffba8p-1f, 0x1.0003f4p-1f, 0x1.57ceb6p-3f, 0x1.5414dap-5f};
+    // 2^(n - 1) is a normal number for n in [-125, 128]: x is clamped to [exp_lo, exp_hi], results
+    // below exp_lo (under 1.8e-38) flush to +0 and exp_hi gives +inf.
+    static constexpr float exp_lo = -86.9f;
+    static constexpr float exp_hi = 88.75f;
+    // expm1(r) ~= r + r^2 q(r) on |r| <= ln2/2 (tanh); fitted relative error 4.5e-7.
+    static constexpr std::array<float, 4> expm1_q = {0x1.fffe7p-2f, 0x1.555632p-3f, 0x1.570522p-5f, 0x1.1138d2p-7f};
+    // log1p(f) ~= f + f^2 Q(f) on [-1/3, 1/3]; fitted relative error 1.1e-6.
+    static constexpr std::array<float, 6> log1p_q = {-0x1.0002cap-1f, 0x1.555ecep-2f, -0x1.fcd26ep-3f,
+                                                     0x1.95c702p-3f,  -0x1.8d0eb6p-3f, 0x1.5c81eep-3f};
+    // erf(x) ~= x + x P(x^2) on |x| < 0.875 (relative 3.2e-7); M(|x| - 2.3) on [0.875, 3.6]
+    // (absolute 1.4e-6); +-1 beyond 3.6 (erfc(3.6) = 3.6e-7).
+    static constexpr std::array<float, 5> erf_p = {0x1.06eb78p-3f, -0x1.812144p-2f, 0x1.cd34cep-4f, -0x1.a9a73ap-6f,
+                                                   0x1.f69326p-9f};
+    static constexpr float erf_mid_center = 2.3f;
+    static constexpr float erf_one = 3.6f;
+    static constexpr std::array<float, 11> erf_mid = {0x1.ff6a46p-1f,  0x1.7568acp-8f,  -0x1.adaea2p-7f, 0x1.280b66p-6f,
+                                                      -0x1.0c584cp-6f, 0x1.49dd98p-7f,  -0x1.b9a96cp-9f, -0x1.72dbb2p-11f,
+                                                      0x1.1eb58ep-10f, -0x1.13cc74p-13f, -0x1.7507b6p-14f};
+};
+
+// Whether V has fast variants: float lanes.
+template <class V>
+using fast_enabled = std::bool_constant<std::is_same_v<lane_t<V>, float>>;
+
+template <class V>
+inline V fast_max(V const& lo, V const& x) noexcept {  // x when x is NaN (maxps semantics)
+    if constexpr (std::is_floating_point_v<V>)
+        return lo > x ? lo : x;
+    else
+        return xsimd::max(lo, x);
+}
+
+template <class V>
+inline V fast_exp_impl(V const& x) noexcept {
+    using C = consts<float>;
+    using F = fast_consts;
+    // The clamp passes NaN (min and max return their second operand then), and a NaN x gives NaN.
+    V xc = detail::min(V(F::exp_hi), fast_max(V(F::exp_lo), x));
+    V t = detail::fma(xc, V(C::log2e), V(C::shifter));
+    V n = t - V(C::shifter);
+    V r = detail::fma(n, V(-C::ln2_hi), xc);
+    r = detail::fma(n, V(-C::ln2_lo), r);
+    V p = r * detail::horner(r, F::exp_q);
+    V s = from_bits<V>((to_bits(t) << C::mant) + bits_t<V>(C::one_bits - (1u << C::mant)));  // 2^(n-1)
+    V y = detail::fma(s, p, s) * V(2);
+    return detail::select(x < V(F::exp_lo), V(0), y);
+}
+
+template <class V>
+inline V fast_log_impl(V const& x) noexcept {
+    using C = consts<float>;
+    using F = fast_consts;
+    using U = bits_t<V>;
+    U v = to_bits(x) + U(C::one_bits - C::log_off);
+    V k = from_bits<V>((v >> C::mant) | to_bits(V(C::two_mant))) - V(C::two_mant + C::bias);
+    V f = from_bits<V>((v & U(C::mant_mask)) + U(C::log_off)) - V(1);
+    V y = detail::fma(f * f, detail::horner(f, F::log1p_q), f);
+    y = detail::fma(k, V(C::ln2_lo), y);
+    y = detail::fma(k, V(C::ln2_hi), y);
+    V const inf(std::numeric_limits<float>::infinity());
+    y = detail::select(x < V(C::min_normal), -inf, y);  // 0 and subnormals (flushed), negatives below
+    y = detail::select(x == inf, inf, y);
+    return detail::select(x >= V(0), y, V(std::numeric_limits<float>::quiet_NaN()));  // x < 0 or NaN
+}
+
+template <class V>
+inline V fast_tanh_impl(V const& x) noexcept {
+    using C = consts<float>;
+    using F = fast_consts;
+    V a = detail::min(V(C::tanh_sat), detail::abs(x));  // NaN stays NaN (min returns its second operand)
+    a = a + a;
+    V t = detail::fma(a, V(C::log2e), V(C::shifter));
+    V n = t - V(C::shifter);
+    V r = detail::fma(n, V(-C::ln2_hi), a);
+    r = detail::fma(n, V(-C::ln2_lo), r);
+    V p = detail::fma(r * r, detail::horner(r, F::expm1_q), r);
+    V s = from_bits<V>((to_bits(t) << C::mant) + bits_t<V>(C::one_bits));
+    V e = detail::fma(s, p, s - V(1));  // expm1(2|x|)
+    return with_sign_of(e / (e + V(2)), x);
+}
+
+template <class V>
+inline V fast_erf_impl(V const& x) noexcept {
+    using F = fast_consts;
+    V z = detail::abs(x);
+    V near = detail::fma(x, detail::horner(x * x, F::erf_p), x);
+    V m = detail::horner(z - V(F::erf_mid_center), F::erf_mid);
+    V far = detail::select(z > V(F::erf_one), V(1), m);
+    return detail::select(z < V(0.875f), near, with_sign_of(far, x));
+}
+
+// n / (1 + exp(-w)): exp(-w) = +inf for w << 0 gives n / inf = +-0 (NaN when n is infinite too).
+template <class V>
+inline V fast_logistic_times(V const& n, V const& w) noexcept {
+    return n / (V(1) + fast_exp_impl(-w));
+}
+
+template <class V>
+inline V fast_gelu_impl(V const& x) noexcept {
+    V h = V(0.5f) * x;
+    return detail::fma(h, fast_erf_impl(x * V(consts<float>::rsqrt2)), h);
+}
+
+template <class V>
+inline V fast_gelu_tanh_impl(V const& x) noexcept {
+    using C = consts<float>;
+    return fast_logistic_times(x, x * detail::fma(V(C::gelu_tanh_b), x * x, V(C::gelu_tanh_a)));
+}
+
 }  // namespace detail
 
 #define FUSEBOX_VMATH_REQUIRE(name, V)                                                      \
@@ -740,6 +858,74 @@ inline constexpr struct rsqrt_fn {
         return V(1) / detail::sqrt(x);
     }
 } rsqrt{};
+
+// ---- fusebox::vmath::fast: what options::fast_math evaluates ------------------------------------
+// Float: the approximations above; double: the faithful functions (see fast_consts). Errors
+// measured by tests/cpu/vmath.cpp (float, AVX-512 build, against long double; the test bounds are
+// these plus a margin). NaN in gives NaN out in every function. Infinities: exp(+-inf) = +inf, +0;
+// log(+inf) = +inf, log(0) = -inf, log(x < 0) = NaN; erf, tanh, sigmoid saturate to +-1 / 0 / 1;
+// silu(-inf), gelu(-inf) and gelu_tanh(-inf) are NaN (faithful: -0), +inf gives +inf.
+// Subnormals: exp results below 1.8e-38 are +0; log of a subnormal is -inf (flush to zero, as
+// --use_fast_math's -ftz). sqrt and rsqrt are the faithful ones: already the hardware square root
+// and one division (the 12/14-bit estimate instructions differ between chips, which would break
+// scalar == lane), and pow stays faithful.
+namespace fast {
+
+#define FUSEBOX_VMATH_FAST(fn, faithful)                                                      \
+    inline constexpr struct fn##_fn {                                                         \
+        template <class V>                                                                    \
+        V operator()(V const& x) const noexcept {                                             \
+            FUSEBOX_VMATH_REQUIRE("fast::" #fn, V);                                           \
+            if constexpr (detail::fast_enabled<V>::value) return detail::fast_##fn##_impl(x); \
+            else return faithful(x);                                                          \
+        }                                                                                     \
+    } fn{};
+
+// exp: 1 + r Q(r), Q of degree 3 (faithful: degree 6, a subnormal path). Measured: relative 2.9e-6
+// on [-86.9, 88.72] (faithful 8.6e-8); +0 below, +inf from 88.72 (within 3e-6 of overflow it may
+// round up to +inf).
+FUSEBOX_VMATH_FAST(exp, vmath::exp)
+// log: degree-7 polynomial for log1p (faithful: degree 10, subnormal scaling). Measured: relative
+// 1.6e-6 over every normal float (faithful 7.9e-8).
+FUSEBOX_VMATH_FAST(log, vmath::log)
+// erf: degree 9 in x below 0.875, degree 10 in |x| - 2.3 up to 3.6, then +-1 (faithful: 6 + 15
+// terms, up to 3.92). Measured: absolute 1.44e-6 (faithful 1.3e-7).
+FUSEBOX_VMATH_FAST(erf, vmath::erf)
+// tanh: the faithful form with a degree-5 expm1 (faithful: degree 6). Measured: absolute 1.2e-7,
+// relative 6.0e-7 (faithful 8.9e-8, 1.7e-7).
+FUSEBOX_VMATH_FAST(tanh, vmath::tanh)
+// gelu: 0.5 x (1 + fast::erf(x / sqrt2)), no erfc tail (faithful: one exp, one division, relative
+// accuracy for x << 0). Measured: absolute 3.5e-6 for |x| <= 16, about 7e-7 |x| (faithful 3.8e-7);
+// no relative bound for x < -3, where gelu(x) is under 4e-3 and becomes 0 below -5.4.
+FUSEBOX_VMATH_FAST(gelu, vmath::gelu)
+// gelu_tanh: x / (1 + fast::exp(-2u)). Measured: relative 3.5e-6 for x >= -3 (faithful 7.9e-7).
+FUSEBOX_VMATH_FAST(gelu_tanh, vmath::gelu_tanh)
+#undef FUSEBOX_VMATH_FAST
+
+// sigmoid: 1 / (1 + fast::exp(-x)). Measured: relative 3.0e-6 (faithful 1.7e-7).
+inline constexpr struct sigmoid_fn {
+    template <class V>
+    V operator()(V const& x) const noexcept {
+        FUSEBOX_VMATH_REQUIRE("fast::sigmoid", V);
+        if constexpr (detail::fast_enabled<V>::value) return detail::fast_logistic_times(V(1), x);
+        else return vmath::sigmoid(x);
+    }
+} sigmoid{};
+
+// silu: x / (1 + fast::exp(-x)). Measured: relative 2.9e-6 (faithful 2.1e-7).
+inline constexpr struct silu_fn {
+    template <class V>
+    V operator()(V const& x) const noexcept {
+        FUSEBOX_VMATH_REQUIRE("fast::silu", V);
+        if constexpr (detail::fast_enabled<V>::value) return detail::fast_logistic_times(x, x);
+        else return vmath::silu(x);
+    }
+} silu{};
+
+inline constexpr sqrt_fn sqrt{};
+inline constexpr rsqrt_fn rsqrt{};
+
+}  // namespace fast
 
 #undef FUSEBOX_VMATH_REQUIRE
 

@@ -28,6 +28,7 @@ struct rendered_kernel {
   plan::kernel_kind kind = plan::kernel_kind::rows;
   std::vector<int> locals;  ///< local number -> graph node id
   std::string summary;      ///< one line for logs and explain()
+  bool fast_math = false;   ///< ops spelled ops::fast_math_t<...> (vmath::fast); part of the cache key
 };
 
 namespace detail {
@@ -40,8 +41,8 @@ template <std::size_t N>
 class cpu_codegen {
  public:
   cpu_codegen(const std::array<ir::node, N>& nodes, const plan::plan_t<N>& p, int k, dtype t,
-              const std::array<bool, N>& unit_inner)
-      : nodes_(nodes), p_(p), k_(p.kernels[k]), t_(t), unit_inner_(unit_inner) {
+              const std::array<bool, N>& unit_inner, bool fast_math = false)
+      : nodes_(nodes), p_(p), k_(p.kernels[k]), t_(t), unit_inner_(unit_inner), fast_math_(fast_math) {
     local_of_.fill(-1);
   }
 
@@ -64,6 +65,11 @@ class cpu_codegen {
     return local_of_[g];
   }
   std::string L(int g) { return std::to_string(local(g)); }
+  /// The op as the language's apply() names it inside fusebox::ops: with fast math, its
+  /// fast_math_t (ops/fast_math.hpp; the op itself where it has no fast variant).
+  std::string op(const ir::node& nd) const {
+    return fast_math_ ? "fast_math_t<fusebox::ops::" + std::string(nd.desc.name) + ">" : std::string(nd.desc.name);
+  }
   bool member(int g) const { return k_.group >= 0 && p_.group[g] == k_.group; }
   const char* elem() const { return t_ == dtype::f64 ? "double" : "float"; }
 
@@ -98,7 +104,7 @@ class cpu_codegen {
       if (p_.cache_slot[g] >= 0 && p_.pass[g] < pass) return b.let(lang.load(lang.value_type, scratch_row));
       std::vector<std::string> args;
       for (int q = 0; q < nd.n_inputs; ++q) args.push_back(value(b, nd.inputs[q], pass));
-      const std::string v = b.let(lang.apply(nd.desc.name, args));
+      const std::string v = b.let(lang.apply(op(nd), args));
       if (p_.cache_slot[g] >= 0) b.statement(lang.store(scratch_row, v));
       return v;
     }
@@ -164,7 +170,7 @@ class cpu_codegen {
     std::vector<std::string> args;
     const ir::node& nd = nodes_[g];
     for (int q = 0; q < nd.n_inputs; ++q) args.push_back(value(b, nd.inputs[q], 0));
-    const std::string v = b.let(scalar_lang.apply(nd.desc.name, args));
+    const std::string v = b.let(scalar_lang.apply(op(nd), args));
     return "    {\n      constexpr std::size_t j = 0; (void)j;\n" + b.text("      ") + "      rs[" + L(g) + "] = " + v + ";\n    }\n";
   }
 
@@ -266,6 +272,7 @@ class cpu_codegen {
     r.kind = k_.kind;
     r.locals = locals_;
     r.summary = summary_;
+    r.fast_math = fast_math_;
     std::string ops;
     for (std::size_t g = 0; g < N; ++g)
       if (member(static_cast<int>(g))) ops += std::string(ops.empty() ? "" : ", ") + nodes_[g].desc.name;
@@ -279,6 +286,7 @@ class cpu_codegen {
   const plan::kernel k_;
   dtype t_;
   const std::array<bool, N>& unit_inner_;
+  bool fast_math_ = false;
   std::array<int, N> local_of_{};
   std::vector<int> locals_;
   std::array<std::string, N> pointer_decl_{};
@@ -289,11 +297,12 @@ class cpu_codegen {
 }  // namespace detail
 
 /// Renders kernel k of plan p (kinds rows, reduce_cols, and matmul epilogues; other kinds run on
-/// the host). `unit_inner[g]` says whether memory node g has inner stride 1 at run time.
+/// the host). `unit_inner[g]` says whether memory node g has inner stride 1 at run time;
+/// `fast_math`, whether its ops evaluate vmath::fast (options::fast_math).
 template <std::size_t N>
 rendered_kernel render_cpu_kernel(const std::array<ir::node, N>& nodes, const plan::plan_t<N>& p, int k, dtype t,
-                                  const std::array<bool, N>& unit_inner) {
-  return detail::cpu_codegen<N>(nodes, p, k, t, unit_inner).render();
+                                  const std::array<bool, N>& unit_inner, bool fast_math = false) {
+  return detail::cpu_codegen<N>(nodes, p, k, t, unit_inner, fast_math).render();
 }
 
 }  // namespace fusebox::jit

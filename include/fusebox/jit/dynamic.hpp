@@ -232,15 +232,16 @@ class dynamic_function {
            ((kn.kind == plan::kernel_kind::matmul || kn.kind == plan::kernel_kind::spatial) && kn.group >= 0);
   }
 
-  /// Specialise, plan and render the program of one guard.
-  static prepared prepare(const guard& g) {
+  /// Specialise, plan and render the program of one guard (with fast math: kernels evaluate
+  /// ops::fast_math_t of each op).
+  static prepared prepare(const guard& g, bool fast_math = false) {
     prepared out;
     auto p = std::make_shared<program_t>();
     specialise_into(*p, g);
     const dtype t = dtype_of<T>();
     for (int k = 0; k < p->plan.n_kernels; ++k) {
       if (!generated(p->plan.kernels[k])) continue;
-      out.sources.push_back(render_cpu_kernel(p->nodes, p->plan, k, t, p->unit_inner));
+      out.sources.push_back(render_cpu_kernel(p->nodes, p->plan, k, t, p->unit_inner, fast_math));
       out.which.push_back(k);
     }
     out.prog = std::move(p);
@@ -255,13 +256,12 @@ class dynamic_function {
 
   /// Builds the program of one guard: prepare, then compile its kernels in one compiler run
   /// (the host compiler, or NVRTC for the CUDA target).
-  /// `fast_math` reaches the CUDA target only (NVRTC --use_fast_math); the host path has no
-  /// approximate variants of its math yet.
+  /// `fast_math`: NVRTC --use_fast_math on the CUDA target, vmath::fast in generated host kernels.
   static std::shared_ptr<const program_t> build(const guard& g, bool fast_math = false) {
     if constexpr (on_cuda) {
       return build_cuda(g, fast_math);
     } else {
-      prepared p = prepare(g);
+      prepared p = prepare(g, fast_math);
       auto bins = kernel_store::instance().get_all(p.sources);
       return attach(std::move(p), std::move(bins));
     }

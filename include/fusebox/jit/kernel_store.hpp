@@ -164,6 +164,7 @@ class kernel_store {
         .add("codegen", std::to_string(codegen_version))
         .add("compiler", compiler_->identity())
         .add("cpu", detail::cpu_identity())
+        .add("fast_math", r.fast_math)  // the source says so too; the key never relies on that
         .add("source", r.source);
     return key;
   }
