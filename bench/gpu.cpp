@@ -374,6 +374,9 @@ void run_w5(const limits& lim, fb::mode mode, bool quick) {
     ref /= B * 1024.0;
   }
   const auto t = time_host([&] { (void)train(); }, quick);
+  if (mode == fb::mode::default_) print_device_times("W5 (value_and_grad; AdamW not included)", [&] {
+      (void)step(dx, d.w1, d.b1, d.w2, d.b2, d.w3, d.b3, dt);
+    });
   const double params = 1024.0 * 4096 + 4096.0 * 4096 + 4096.0 * 1024;
   bench::record r{"W5", "fusebox",
                   mode == fb::mode::reduce_overhead ? "reduce_overhead" : mode == fb::mode::max_autotune ? "max_autotune"

@@ -527,7 +527,7 @@ TEST_CASE("CUDA: transposed matmul operands are read by cuBLASLt as they are, ba
   }
 }
 
-TEST_CASE("CUDA: a column reduction, thread per column", "[cuda]") {
+TEST_CASE("CUDA: column reductions, the reduced axis split over a block's threads", "[cuda]") {
   FUSEBOX_REQUIRE_GPU();
   fb::tensor<float, fb::shape<fb::dyn, 300>> x(77);
   fb::tensor<float, fb::shape<300>> w;
@@ -550,6 +550,24 @@ TEST_CASE("CUDA: a column reduction, thread per column", "[cuda]") {
   for (std::size_t h = 0; h < 5; ++h)
     for (std::size_t e = 0; e < rz.size(); ++e) rz[e] += z.flat(h * rz.size() + e);
   CHECK(worst(heads, rz) < 1e-4);  // sums of five terms near zero: float rounding (1.2e-5 measured)
+
+  // A known axis of 256 (W5's bias gradients): eight threads an output, each every eighth row,
+  // combined in order; mean's finalize and max's combine over the partials; 333 outputs leave the
+  // last block's tile partly empty.
+  fb::tensor<float, fb::shape<256, 333>> u;
+  u.fill_random(24);
+  const fb::cuda::tensor<float, fb::shape<256, 333>> du(u);
+  const auto mean = fb::compile([](auto t) { return fb::mean(t * t, fb::axis<0>); })(du).to_host();
+  const auto top = fb::compile([](auto t) { return fb::max(t, fb::axis<0>); })(du).to_host();
+  std::vector<double> rm(333, 0.0), rt(333, -1e300);
+  for (std::size_t i = 0; i < 256; ++i)
+    for (std::size_t j = 0; j < 333; ++j) {
+      const double e = u.flat(i * 333 + j);
+      rm[j] += e * e / 256.0;
+      rt[j] = std::max(rt[j], e);
+    }
+  CHECK(worst(mean, rm) < 1e-5);
+  CHECK(worst(top, rt) == 0.0);
 }
 
 TEST_CASE("CUDA: bfloat16 storage, float32 arithmetic: elementwise, row reductions, matmul", "[cuda][bf16]") {

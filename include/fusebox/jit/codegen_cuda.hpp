@@ -7,8 +7,10 @@
 //   rows with passes      one thread block per row: each reduction pass strides the row in chunks
 //                         of VEC, combines in registers, then across the block (warp shuffles and
 //                         one shared word per warp); row scalars follow; the output pass writes
-//   reduce_cols           one thread per output element walks the reduced axis in order (no
-//                         atomics: each output belongs to one thread), grid-stride over outputs
+//   reduce_cols           a block of 256 threads takes 256 / S consecutive outputs; the S threads
+//                         of an output each walk every S-th index of the reduced axis, and one of
+//                         them combines the S partials in order (no atomics; S is fixed in the
+//                         source, so the result does not depend on the launch)
 //   matmul epilogue       the elementwise form over the matmul's output, read in place (the
 //                         product itself comes from cuBLASLt on the host side)
 // Every kernel is a template on VEC with two entry points: `<name>` (VEC = 16 bytes of the
@@ -56,6 +58,7 @@ struct rendered_cuda_kernel {
   bool block_per_row = false;      ///< rows kernels with reduction passes
   unsigned block_threads = 0;      ///< threads per block the source is written for (0: host's choice)
   unsigned rows_per_block = 1;     ///< rows kernels with passes: rows a block takes at once (a warp each if > 1)
+  unsigned outputs_per_block = 0;  ///< reduce_cols: consecutive outputs a block takes (block_threads / slices)
   bool tensor_cores = false;       ///< attention: `fusebox_kernel` is the tensor-core entry (jit/cuda_attention.hpp)
   std::string summary;
 };
@@ -189,8 +192,9 @@ class cuda_codegen {
     r.kind = k_.kind;
     r.locals = locals_;
     r.block_per_row = k_.kind == plan::kernel_kind::rows && k_.passes > 0;
-    r.block_threads = row_cache_ ? block_threads_ * rows_per_block_ : 0;
+    r.block_threads = row_cache_ ? block_threads_ * rows_per_block_ : k_.kind == plan::kernel_kind::reduce_cols ? cols_block_ : 0;
     r.rows_per_block = rows_per_block_;
+    r.outputs_per_block = k_.kind == plan::kernel_kind::reduce_cols ? cols_block_ / cols_slices_ : 0;
     r.summary = summary_;
     for (int g : unit_) r.unit_operands.push_back(local(g));
     std::string ops;
@@ -594,14 +598,22 @@ class cuda_codegen {
            b.text("        ") + "        rs[" + L(g) + "] = " + call + ");\n      }\n";
   }
 
-  /// Column reduction: one thread per output element; it walks the reduced axis in order,
-  /// accumulating in a register, so the result does not depend on the launch shape and bfloat16
-  /// outputs are rounded once.
+  /// Column reduction. A block of cols_block_ threads takes cols_block_ / S consecutive outputs
+  /// (column j of output row o); the S threads of an output (its slices) each accumulate every
+  /// S-th index of the reduced axis in order, and slice 0 combines the S partials in slice order.
+  /// S is a literal of the source, so the result does not depend on the grid, and bfloat16
+  /// outputs are rounded once. One thread walking the whole axis was latency-bound: W5's bias
+  /// gradients ([256, 4096] summed over 256 rows, 4096 threads) took 95 us for 4 MB.
   std::string reduce_cols() {
     const int r_id = k_.node;
     const ir::node& rn = nodes_[r_id];
     const std::string op = op_function(rn);
     const std::size_t axis = static_cast<std::size_t>(rn.desc.axis);
+    // S: up to 8 slices, each of at least 16 indices where the axis is known; 8 where it is not.
+    const std::size_t extent = k_.space.extent[axis];
+    cols_slices_ = 8;
+    if (is_known_extent(extent))
+      while (cols_slices_ > 1 && extent < 16 * cols_slices_) cols_slices_ /= 2;
     body b(cuda_language());
     preloads pre;
     const std::string v = value(b, rn.inputs[0], pre);
@@ -610,30 +622,37 @@ class cuda_codegen {
         b.statement(ptr(static_cast<int>(g), true) + "[static_cast<long long>(j) * " + inner_stride(static_cast<int>(g)) +
                     "] = fb_from_float<T>(" + value(b, static_cast<int>(g), pre) + ");");
     const std::string po = ptr(r_id, true);
-    const std::string ea = "E" + std::to_string(axis);
+    const std::string ea = "E" + std::to_string(axis), ia = "i" + std::to_string(axis);
     std::string s = "template <int VEC>\n__device__ __forceinline__ void fb_body(const fb_args& a) {\n" + prologue();
-    // One thread per output element (column j of output row o), grid-stride: parallel over
-    // every output, not only over the last dimension (W4 sums 12 heads into [2048, 768]: 768
-    // threads walking 2048 rows each took a millisecond).
-    s += "  const int v = 0; (void)v;\n";
-    s += "  for (unsigned long long t = blockIdx.x * static_cast<unsigned long long>(blockDim.x) + threadIdx.x; t < rows / " + ea +
-         " * W;\n       t += static_cast<unsigned long long>(gridDim.x) * blockDim.x) {\n";
-    s += "    const unsigned long long j = t % W, o = t / W;\n";
+    s += "  constexpr unsigned FB_S = " + std::to_string(cols_slices_) + ", FB_C = " + std::to_string(cols_block_) +
+         " / FB_S;\n  __shared__ float fb_part[" + std::to_string(cols_block_) + "];\n";
+    s += "  const unsigned fb_lane = threadIdx.x % FB_C, fb_slice = threadIdx.x / FB_C;\n  const int v = 0; (void)v;\n";
+    s += "  const unsigned long long outs = rows / " + ea + " * W;\n";
+    // The tile loop is uniform across the block (it holds __syncthreads).
+    s += "  for (unsigned long long base = blockIdx.x * static_cast<unsigned long long>(FB_C); base < outs;\n"
+         "       base += static_cast<unsigned long long>(gridDim.x) * FB_C) {\n";
+    s += "    const unsigned long long t = base + fb_lane;\n    const bool live = t < outs;\n";
+    s += "    const unsigned long long j = live ? t % W : 0, o = live ? t / W : 0;\n";
     s += "    float acc = " + op + "::identity();\n    T* out = nullptr;\n";
-    s += "    for (unsigned long long i" + std::to_string(axis) + " = 0; i" + std::to_string(axis) + " < " + ea + "; ++i" +
-         std::to_string(axis) + ") {\n      unsigned long long q_ = o;\n";
+    s += "    if (live)\n      for (unsigned long long " + ia + " = fb_slice; " + ia + " < " + ea + "; " + ia + " += FB_S) {\n"
+         "        unsigned long long q_ = o;\n";
     for (std::size_t d = k_.space.rank - 1; d-- > 0;)
       if (d != axis)
-        s += "      const unsigned long long i" + std::to_string(d) + " = q_ % E" + std::to_string(d) + "; q_ /= E" +
+        s += "        const unsigned long long i" + std::to_string(d) + " = q_ % E" + std::to_string(d) + "; q_ /= E" +
              std::to_string(d) + ";\n";
-    s += "      (void)q_;\n" + pointers("      ");
-    s += indent(pre.text, "      ") + b.text("      ") + "      acc = " + op + "::combine(acc, " + v + ");\n";
-    s += "      out = " + po + " + static_cast<long long>(j) * " + inner_stride(r_id) + ";\n    }\n";
-    s += "    *out = fb_from_float<T>(" + op + "::finalize(acc, " + ea + "));\n  }\n}\n";
+    s += "        (void)q_;\n" + pointers("        ");
+    s += indent(pre.text, "        ") + b.text("        ") + "        acc = " + op + "::combine(acc, " + v + ");\n";
+    s += "        out = " + po + " + static_cast<long long>(j) * " + inner_stride(r_id) + ";\n      }\n";
+    s += "    fb_part[threadIdx.x] = acc;\n    __syncthreads();\n";
+    // Slice 0 visits index 0 of the axis first, so its `out` is set whenever the axis is not empty.
+    s += "    if (live && fb_slice == 0 && out) {\n      float r = fb_part[fb_lane];\n"
+         "      for (unsigned q = 1; q < FB_S; ++q) r = " + op + "::combine(r, fb_part[q * FB_C + fb_lane]);\n"
+         "      *out = fb_from_float<T>(" + op + "::finalize(r, " + ea + "));\n    }\n    __syncthreads();\n  }\n}\n";
     s += "extern \"C\" __global__ void fusebox_kernel_w(const fb_args a) { fb_body<1>(a); }\n"
          "extern \"C\" __global__ void fusebox_kernel(const fb_args a) { fb_body<1>(a); }\n"
          "extern \"C\" __global__ void fusebox_kernel_v1(const fb_args a) { fb_body<1>(a); }\n";
-    summary_ = std::string("column ") + rn.desc.name + " over " + to_string(k_.space) + ", thread per column";
+    summary_ = std::string("column ") + rn.desc.name + " over " + to_string(k_.space) + ", " +
+               std::to_string(cols_slices_) + " thread(s) per column";
     return s;
   }
 
@@ -651,6 +670,8 @@ class cuda_codegen {
   bool row_cache_ = false;
   unsigned block_threads_ = 0;   ///< threads per row (row cache)
   unsigned rows_per_block_ = 1;
+  unsigned cols_block_ = 256;  ///< reduce_cols: threads per block
+  unsigned cols_slices_ = 1;   ///< reduce_cols: threads sharing one output (S)
   std::set<std::string> defined_;
   std::string functions_, outs_decl_, outs_store_, summary_;
 };

@@ -267,10 +267,11 @@ struct cuda_program {
     const std::size_t max_blocks = static_cast<std::size_t>(dev.sm_count) * c.blocks_per_sm;
     cuda::dim3 grid, block;
     block.x = c.threads;
-    if (kn.kind == plan::kernel_kind::reduce_cols) {  // a thread per output element, grid-stride
+    if (kn.kind == plan::kernel_kind::reduce_cols) {  // outputs_per_block outputs a block, grid-stride
       const std::size_t axis = static_cast<std::size_t>(nodes_[kn.node].desc.axis);
       const std::size_t outputs = space.size() / std::max<std::size_t>(space.extent[axis], 1);
-      grid.x = static_cast<unsigned>(std::max<std::size_t>(1, std::min((outputs + c.threads - 1) / c.threads, max_blocks)));
+      const std::size_t per = std::max<std::size_t>(rk.outputs_per_block, 1);
+      grid.x = static_cast<unsigned>(std::max<std::size_t>(1, std::min((outputs + per - 1) / per, max_blocks)));
     } else if (rk.block_per_row) {
       const std::size_t per = std::max<std::size_t>(rk.rows_per_block, 1);
       grid.x = static_cast<unsigned>(std::max<std::size_t>(1, std::min((rows + per - 1) / per, max_blocks)));
@@ -297,6 +298,9 @@ struct cuda_program {
       d.threads = rk.block_threads ? rk.block_threads : t;
       if (rk.block_threads) threads = {rk.block_threads};  // a row-cached kernel is written for its block
       else threads = {32, 64, 128, 256, 512, 1024};
+    } else if (rk.block_threads) {  // a column reduction is written for its block
+      d.threads = rk.block_threads;
+      threads = {rk.block_threads};
     }
     std::vector<kernel_launch> out{d};
     const bool elementwise = kn.kind == plan::kernel_kind::rows && !rk.block_per_row;
