@@ -395,7 +395,7 @@ class compiled {
 
   template <class... Args>
   auto capture(std::vector<detail::break_record>* breaks, const Args&... args) {
-    detail::capture_context ctx{opts_.fullgraph, breaks, rt_.get()};
+    detail::capture_context ctx{opts_.fullgraph, breaks, rt_.get(), (cuda::is_tensor_v<Args> || ...)};
     detail::capture_scope scope(&ctx);
     auto roots = [&]<std::size_t... I>(std::index_sequence<I...>) {
       return detail::as_roots(model_(detail::symbolic_arg<I, Static.fullgraph>(args)...));

@@ -10,6 +10,7 @@
 #include "fusebox/ops/composite.hpp"
 #include "fusebox/ops/conv.hpp"
 #include "fusebox/ops/elementwise.hpp"
+#include "fusebox/ops/embedding.hpp"
 #include "fusebox/ops/layout.hpp"
 #include "fusebox/ops/matmul.hpp"
 #include "fusebox/ops/pool.hpp"

@@ -117,6 +117,16 @@ struct eager_node<T, sym::spatial<Op, A...>, Values, Nodes> {
     return evaluate(e, fusebox::detail::eager_runtime());
   }
 };
+template <class T, class Op, class A, class Ids, class Values, class Nodes>
+struct eager_node<T, sym::gather<Op, A, Ids>, Values, Nodes> {
+  template <class Inputs>
+  static auto run(const Values& values, const Inputs&) {
+    const gather_node<Op, leaf_of<T, A>, leaf_of<T, Ids>> e{{},
+                                                            {{}, operand_value<T, A, Values, Nodes>(values).view()},
+                                                            {{}, operand_value<T, Ids, Values, Nodes>(values).view()}};
+    return evaluate(e, fusebox::detail::eager_runtime());
+  }
+};
 template <class T, class V, class A, class Values, class Nodes>
 struct eager_node<T, sym::view_node<V, A>, Values, Nodes> {
   template <class Inputs>

@@ -254,7 +254,8 @@ struct bound_call {
 /// gradient's path without a word.
 template <class F, class... Args>
 auto capture(F& f, const Args&... args) {
-  fusebox::detail::capture_context ctx{true, nullptr, &fusebox::detail::eager_runtime()};
+  fusebox::detail::capture_context ctx{true, nullptr, &fusebox::detail::eager_runtime(),
+                                       (cuda::is_tensor_v<Args> || ...)};
   fusebox::detail::capture_scope scope(&ctx);
   try {
     return [&]<std::size_t... I>(std::index_sequence<I...>) {

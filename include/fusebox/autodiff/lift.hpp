@@ -135,6 +135,11 @@ template <class Op, class... A, class Slots, std::size_t Base>
 struct lift<spatial_node<Op, A...>, Slots, Base> {
   using type = typename lift_spatial<spatial_node<Op, A...>, std::index_sequence_for<A...>, Slots, Base>::type;
 };
+template <class Op, class A, class Ids, class Slots, std::size_t Base>
+struct lift<gather_node<Op, A, Ids>, Slots, Base> {
+  using P = gather_node<Op, A, Ids>;
+  using type = sym::gather<Op, lifted_operand<P, 0, Slots, Base>, lifted_operand<P, 1, Slots, Base>>;
+};
 template <class Fn, class A, class Out, class Slots, std::size_t Base>
 struct lift<opaque_node<Fn, A, Out>, Slots, Base> {
   static_assert(static_check::opaque_in_loss<opaque_node<Fn, A, Out>, false>::value);

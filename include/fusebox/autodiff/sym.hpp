@@ -20,6 +20,7 @@
 
 #include <cstddef>
 
+#include "fusebox/expr/gather.hpp"
 #include "fusebox/expr/grad_nodes.hpp"
 #include "fusebox/expr/node.hpp"
 #include "fusebox/expr/spatial.hpp"
@@ -99,6 +100,16 @@ struct spatial : expr_base {
   static constexpr bool symbolic = (A::symbolic || ...), fullgraph = (A::fullgraph || ...);
 };
 
+template <class Op, class A, class Ids>
+struct gather : expr_base {
+  using value_type = typename A::value_type;
+  using children = meta::type_list<A, Ids>;
+  using op = Op;
+  static constexpr node_desc desc = fusebox::gather_node<Op, detail::stand_in<A>, detail::stand_in<Ids>>::desc;
+  static constexpr bool has_payload = A::has_payload || Ids::has_payload;
+  static constexpr bool symbolic = A::symbolic || Ids::symbolic, fullgraph = A::fullgraph || Ids::fullgraph;
+};
+
 template <int Part, bool Causal, class Q, class K, class V, class O, class G>
 struct attention_backward : expr_base {
   using value_type = typename Q::value_type;
@@ -148,6 +159,10 @@ struct to_sym<fusebox::view_node<V, A>> {
 template <class Op, class... A>
 struct to_sym<spatial_node<Op, A...>> {
   using type = sym::spatial<Op, typename to_sym<A>::type...>;
+};
+template <class Op, class A, class Ids>
+struct to_sym<gather_node<Op, A, Ids>> {
+  using type = sym::gather<Op, typename to_sym<A>::type, typename to_sym<Ids>::type>;
 };
 template <class Q, class K, class V, bool Causal>
 struct to_sym<attention_node<Q, K, V, Causal>> {

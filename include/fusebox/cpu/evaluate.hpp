@@ -41,6 +41,7 @@ struct capture_context {
   bool fullgraph = false;
   std::vector<break_record>* breaks = nullptr;  // non-null when explain() records
   cpu::runtime* rt = nullptr;
+  bool device = false;  // the call's tensors are device memory: a front end must not read their values
 };
 inline capture_context*& current_capture() {
   thread_local capture_context* c = nullptr;

@@ -16,6 +16,7 @@
 //   opaque       the user's function on a tensor view of its input (a graph break).
 //   attention    attention() or one of its gradient kernels (cpu/attention.hpp, by desc.variant).
 //   pad          a slice's gradient: zeros around its operand (cpu/attention.hpp's pad()).
+//   gather       embedding() or its scatter-add gradient (cpu/gather.hpp, by desc.variant).
 //   copy         an output that is a leaf or a view.
 // The vector body runs on xsimd batches and the tail on scalars through the same evaluator; inputs
 // with an inner stride other than 0 or 1 take a scalar strided path.
@@ -35,10 +36,12 @@
 #include "fusebox/core/tensor.hpp"
 #include "fusebox/cpu/addressing.hpp"
 #include "fusebox/cpu/attention.hpp"
+#include "fusebox/cpu/gather.hpp"
 #include "fusebox/cpu/gemm.hpp"
 #include "fusebox/cpu/simd.hpp"
 #include "fusebox/cpu/spatial.hpp"
 #include "fusebox/cpu/thread_pool.hpp"
+#include "fusebox/expr/gather.hpp"
 #include "fusebox/expr/spatial.hpp"
 #include "fusebox/ir/graph.hpp"
 #include "fusebox/ops/fast_math.hpp"
@@ -199,6 +202,11 @@ struct basic_program {
                                                nd.n_inputs == 2 ? shape_at(f, nd.inputs[1]) : dims{})
                     .out;
             break;
+          case node_kind::gather:
+            s = fusebox::detail::gather_shape(nd.desc.variant, nd.desc.view_start, shape_at(f, nd.inputs[0]),
+                                              shape_at(f, nd.inputs[1]))
+                    .out;
+            break;
           default:
             s = nd.desc.shape;
         }
@@ -252,6 +260,10 @@ struct basic_program {
     else if constexpr (kn.kind == plan::kernel_kind::attention) run_attention<K>(f);
     else if constexpr (kn.kind == plan::kernel_kind::spatial) run_spatial<K>(f);
     else if constexpr (kn.kind == plan::kernel_kind::pad) run_pad<K>(f);
+    else if constexpr (kn.kind == plan::kernel_kind::gather) {
+      constexpr int I = kn.node;
+      cpu::run_gather(nodes[I].desc, f.loc[nodes[I].inputs[0]], f.loc[nodes[I].inputs[1]], f.loc[I], *f.pool);
+    }
     else run_copy<K>(f);
   }
 

@@ -133,6 +133,18 @@ std::string describe(unsigned threads) {
       loop = std::string(n.desc.variant == 0 ? "scores, max, exp, weighted value rows per (batch, head, query rows)"
                                              : "softmax recomputed, gradients per (batch, head) or row") +
              " over " + to_string(q) + " x " + to_string(kk) + " -> " + to_string(o);
+    } else if (kn.kind == plan::kernel_kind::gather) {
+      const ir::node& n = nodes[kn.node];
+      const dims &a = nodes[n.inputs[0]].desc.shape, &ids = nodes[n.inputs[1]].desc.shape;
+      ops = n.desc.name;
+      loop = n.desc.variant == 0 ? "rows of " + to_string(a) + " picked by ids " + to_string(ids) + " -> " + to_string(kn.space)
+                                 : "rows of " + to_string(a) + " added into " + to_string(kn.space) +
+                                       " by ids (counting sort, a task per block of rows)";
+      // Forward: ids, the picked rows, the output; gradient: g, ids, the zeroed and summed rows.
+      bytes = static_cast<double>(n.desc.variant == 0 ? ids.size() + 2 * kn.space.size()
+                                                      : a.size() + ids.size() + kn.space.size()) *
+              static_cast<double>(eb);
+      flops = n.desc.variant == 0 ? 0.0 : static_cast<double>(a.size());
     } else if (kn.kind == plan::kernel_kind::pad) {
       const ir::node& n = nodes[kn.node];
       ops = n.n_inputs == 1 ? "pad (a slice's gradient)" : "pad (the gradients of adjacent slices, side by side)";

@@ -31,11 +31,12 @@
 
 namespace fusebox {
 
-enum class node_kind : std::uint8_t { input, tensor, scalar, pointwise, reduce, matmul, view, opaque, attention, spatial, pad };
+enum class node_kind : std::uint8_t { input, tensor, scalar, pointwise, reduce, matmul, view, opaque, attention, spatial, pad,
+                                      gather };
 
 constexpr const char* name(node_kind k) {
   constexpr const char* names[] = {"input",  "tensor", "scalar", "pointwise", "reduce",
-                                   "matmul", "view",   "opaque", "attention", "spatial", "pad"};
+                                   "matmul", "view",   "opaque", "attention", "spatial", "pad", "gather"};
   return names[static_cast<int>(k)];
 }
 
@@ -52,8 +53,10 @@ struct node_desc {
   int view_a = -1, view_b = -1; ///< views: the two swapped dimensions of a transpose; -1 for reshape
   const char* device = "";      ///< pointwise and reduce: the op's CUDA spelling (ops/), "" if it has none
   window win{};                 ///< spatial nodes (conv2d, pooling): op, window, stride, padding (expr/window.hpp)
-  std::size_t view_start = 0;   ///< slice views: the first element kept along `axis`; pad: where the operand starts
-  int variant = 0;              ///< attention: 0 the forward; its gradient kernels: 1 dq, 2 dk|dv, 3 dq|dk|dv (expr/grad_nodes.hpp)
+  std::size_t view_start = 0;   ///< slice views: the first element kept along `axis`; pad: where the operand starts;
+                                ///< gather variant 1 (embedding_backward): the weight's rows V
+  int variant = 0;              ///< attention: 0 the forward; its gradient kernels: 1 dq, 2 dk|dv, 3 dq|dk|dv (expr/grad_nodes.hpp);
+                                ///< gather: 0 embedding, 1 its scatter-add gradient (expr/gather.hpp)
 };
 
 /// An op's CUDA spelling (its `device` member), or "" for an op without one (the CUDA code

@@ -193,6 +193,8 @@ struct cuda_program {
                                  "the CUDA backend; the CUDA backend runs whole graphs only");
         case plan::kernel_kind::spatial:  // refused when the program is built (jit/dynamic.hpp)
           throw invalid_argument("fusebox: conv2d and pooling have no CUDA kernel yet");
+        case plan::kernel_kind::gather:  // likewise
+          throw invalid_argument("fusebox: embedding has no CUDA kernel yet");
         case plan::kernel_kind::pad:  // likewise
           throw invalid_argument("fusebox: pad (the gradient of slice) has no CUDA kernel yet");
       }

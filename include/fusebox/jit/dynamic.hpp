@@ -169,6 +169,10 @@ class dynamic_function {
              " -> " + to_string(p.nodes[kn.node].desc.shape) + " on the host" +
              (ops.empty() ? "" : ", generated epilogue(" + ops + ")");
       else if (kn.kind == plan::kernel_kind::opaque) s += "opaque (user function: graph break), on the host";
+      else if (kn.kind == plan::kernel_kind::gather)
+        s += std::string(p.nodes[kn.node].desc.name) + " " + to_string(p.nodes[p.nodes[kn.node].inputs[0]].desc.shape) +
+             " by ids " + to_string(p.nodes[p.nodes[kn.node].inputs[1]].desc.shape) + " -> " +
+             to_string(p.nodes[kn.node].desc.shape) + " on the host";
       else if (kn.kind == plan::kernel_kind::copy) s += "copy, on the host";
       else if (kn.kind == plan::kernel_kind::attention)
         s += std::string(p.nodes[kn.node].desc.axis == 1 ? "causal " : "") + "attention " +
@@ -281,6 +285,9 @@ class dynamic_function {
       if (kn.kind == plan::kernel_kind::spatial)
         throw invalid_argument(std::string("fusebox: ") + p->nodes[kn.node].desc.name +
                                " has no CUDA kernel yet: conv2d and pooling run on the CPU backend only");
+      if (kn.kind == plan::kernel_kind::gather)
+        throw invalid_argument(std::string("fusebox: ") + p->nodes[kn.node].desc.name +
+                               " has no CUDA kernel yet: embedding and its gradient run on the CPU backend only");
       if (kn.kind == plan::kernel_kind::pad)
         throw invalid_argument("fusebox: pad (the gradient of slice) has no CUDA kernel yet: a gradient through a "
                                "slice runs on the CPU backend only");

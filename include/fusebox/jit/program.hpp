@@ -107,6 +107,11 @@ struct program {
                                     f.loc[n.inputs[4]], f.loc[kn.node], n.desc.variant, n.desc.axis == 1, *rt.pool);
           break;
         }
+        case plan::kernel_kind::gather: {
+          const ir::node& n = nodes[kn.node];
+          cpu::run_gather(n.desc, f.loc[n.inputs[0]], f.loc[n.inputs[1]], f.loc[kn.node], *rt.pool);
+          break;
+        }
         case plan::kernel_kind::pad: {
           const ir::node& n = nodes[kn.node];
           strided<T> in[ir::max_inputs];

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fusebox/core/errors.hpp"
+#include "fusebox/expr/gather.hpp"
 #include "fusebox/expr/spatial.hpp"
 #include "fusebox/ir/graph.hpp"
 #include "fusebox/ops/layout.hpp"
@@ -69,6 +70,12 @@ std::array<ir::node, N> specialise(const std::array<ir::node, N>& generic, const
                                 "heads, k and v the same tokens, q and k the same head dim" +
                                 (r.causal_ok ? "" : ", and as many queries as keys for the causal mask"),
                             std::source_location{});
+        n.desc.shape = r.out;
+        break;
+      }
+      case node_kind::gather: {
+        const auto r = fusebox::detail::gather_shape(n.desc.variant, n.desc.view_start, in(0), in(1));
+        if (!r.ok) throw shape_error(fusebox::detail::gather_error_text(n.desc.variant, in(0), in(1)), std::source_location{});
         n.desc.shape = r.out;
         break;
       }

@@ -6,6 +6,7 @@
 #include "fusebox/nn/activation.hpp"
 #include "fusebox/nn/attention.hpp"
 #include "fusebox/nn/dropout.hpp"
+#include "fusebox/nn/embedding.hpp"
 #include "fusebox/nn/gpt2.hpp"
 #include "fusebox/nn/layer_norm.hpp"
 #include "fusebox/nn/linear.hpp"

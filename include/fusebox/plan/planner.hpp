@@ -34,10 +34,11 @@
 
 namespace fusebox::plan {
 
-enum class kernel_kind : std::uint8_t { rows, reduce_cols, matmul, opaque, copy, attention, spatial, pad };
+enum class kernel_kind : std::uint8_t { rows, reduce_cols, matmul, opaque, copy, attention, spatial, pad, gather };
 
 constexpr const char* name(kernel_kind k) {
-  constexpr const char* names[] = {"rows", "reduce_cols", "matmul", "opaque", "copy", "attention", "spatial", "pad"};
+  constexpr const char* names[] = {"rows",      "reduce_cols", "matmul", "opaque", "copy",
+                                   "attention", "spatial",     "pad",    "gather"};
   return names[static_cast<int>(k)];
 }
 
@@ -300,7 +301,8 @@ constexpr plan_t<N> make_plan(const std::array<ir::node, N>& nodes, const std::a
   for (int i = 0; i < n; ++i) {
     const node_kind k = nodes[i].desc.kind;
     bool m = p.is_output[i] || ir::is_leaf_kind(k) || k == node_kind::matmul || k == node_kind::view ||
-             k == node_kind::opaque || k == node_kind::attention || k == node_kind::spatial || k == node_kind::pad;
+             k == node_kind::opaque || k == node_kind::attention || k == node_kind::spatial || k == node_kind::pad ||
+             k == node_kind::gather;
     for (int c = 0; c < n && !m; ++c)
       if (g.consumers_of[i][c] && (p.group[c] < 0 || p.group[c] != p.group[i])) m = true;
     p.materialised[i] = m;
@@ -315,7 +317,7 @@ constexpr plan_t<N> make_plan(const std::array<ir::node, N>& nodes, const std::a
   for (int i = 0; i < n; ++i)
     if (nodes[i].desc.kind == node_kind::matmul || nodes[i].desc.kind == node_kind::opaque ||
         nodes[i].desc.kind == node_kind::attention || nodes[i].desc.kind == node_kind::spatial ||
-        nodes[i].desc.kind == node_kind::pad)
+        nodes[i].desc.kind == node_kind::pad || nodes[i].desc.kind == node_kind::gather)
       for (int k = 0; k < nodes[i].n_inputs; ++k) p.materialised[nodes[i].inputs[k]] = true;
 
   for (int i = 0; i < n; ++i)
@@ -354,7 +356,7 @@ constexpr plan_t<N> make_plan(const std::array<ir::node, N>& nodes, const std::a
     const node_kind k = nodes[i].desc.kind;
     if (p.group[i] >= 0) unit[i] = epilogue_of_group[p.group[i]] >= 0 ? epilogue_of_group[p.group[i]] : p.group[i];
     else if (k == node_kind::matmul || k == node_kind::opaque || k == node_kind::attention || k == node_kind::spatial ||
-             k == node_kind::pad)
+             k == node_kind::pad || k == node_kind::gather)
       unit[i] = i;
   }
   // Views and leaves need no kernel; a view's readers depend on what the view looks at.
@@ -397,8 +399,11 @@ constexpr plan_t<N> make_plan(const std::array<ir::node, N>& nodes, const std::a
       k.node = pick;
       k.group = epilogue_for_matmul[pick];
       k.space = nodes[pick].desc.shape;
-    } else if (nk == node_kind::opaque || nk == node_kind::attention || nk == node_kind::pad) {
-      k.kind = nk == node_kind::opaque ? kernel_kind::opaque : nk == node_kind::pad ? kernel_kind::pad : kernel_kind::attention;
+    } else if (nk == node_kind::opaque || nk == node_kind::attention || nk == node_kind::pad || nk == node_kind::gather) {
+      k.kind = nk == node_kind::opaque ? kernel_kind::opaque
+               : nk == node_kind::pad  ? kernel_kind::pad
+               : nk == node_kind::gather ? kernel_kind::gather
+                                         : kernel_kind::attention;
       k.node = pick;
       k.space = nodes[pick].desc.shape;
     } else if (g.kind[pick] == 2) {
