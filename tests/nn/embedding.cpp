@@ -114,6 +114,7 @@ TEST_CASE("embedding: the forward equals a double gather (eager, compiled static
   fb::tensor<double, fb::shape<50, 13>> wd;
   fbt::fill_signed(wd, 8, 0.1, 2.0);
   const auto idd = random_ids<double, fb::shape<fb::dyn, 5>>(13, 50, 15);
+  check_gather("eager, dyn batch", fb::embedding(wd, idd), gather_reference(wd, idd));
   auto dyn = fb::compile([](const auto& w, const auto& ids) { return fb::embedding(w, ids) + 0.5; });
   const auto yd = dyn(wd, idd);
   REQUIRE(yd.extents() == fb::dims{3, {3, 5, 13}});
