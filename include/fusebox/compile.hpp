@@ -25,6 +25,9 @@
 #include "fusebox/graph_break.hpp"
 #include "fusebox/jit/dynamic.hpp"
 #include "fusebox/options.hpp"
+#if defined(__CUDACC__)
+#include "fusebox/cuda/static_kernels.cuh"  // nvcc units: kernels for static shapes instantiated at build time
+#endif
 
 namespace fusebox {
 
@@ -137,6 +140,14 @@ class compiled {
   /// (cuda::tensor) it runs on the CUDA backend and returns device tensors.
   template <class... Args>
   auto operator()(const Args&... args) {
+#if defined(__CUDACC__)
+    // An nvcc unit: the static path when every extent is static and every kernel has a template
+    // (cuda/static_kernels.cuh); the run-time path is then not instantiated at all.
+    if constexpr ((cuda::is_tensor_v<Args> || ...) &&
+                  cuda::static_path::supported<typename program_for_args<Args...>::type>())
+      return call_cuda_static<Args...>(args...);
+    else
+#endif
     if constexpr ((cuda::is_tensor_v<Args> || ...)) return call_cuda(args...);
     else return call(nullptr, args...);
   }
@@ -272,6 +283,37 @@ class compiled {
                                                                             graph_size_allowed(facts));
     return detail::unwrap(std::move(outs));
   }
+
+#if defined(__CUDACC__)
+  /// A call on the static CUDA path: kernels nvcc instantiated from the constexpr plan, no guard,
+  /// no NVRTC. Launched directly in every mode (no CUDA graph is recorded).
+  template <class... Args>
+  auto call_cuda_static(const Args&... args) {
+    static_assert(((!is_tensor_v<Args>) && ...),
+                  "fusebox: a call mixes host tensors and device tensors (cuda::tensor); move every tensor "
+                  "argument to the device, or none");
+    using Prog = typename program_for_args<Args...>::type;
+    using Outs = typename program_for_args<Args...>::device_outputs;
+    if (eager_only()) {  // op by op on the host, as the run-time path does for float
+      auto host = std::apply(
+          [&](const auto&... a) { return eager_outputs<typename program_for_args<Args...>::outputs>(to_host_arg(a)...); },
+          std::tie(args...));
+      return detail::unwrap(to_device_outputs<Outs>(host));
+    }
+    auto [roots, guard] = capture(nullptr, args...);
+    typename Prog::frame_t f;
+    const auto targs = std::tie(args...);
+    cpu::bind_inputs<Prog>(f, roots, targs);
+    auto outs = [&]<std::size_t... R>(std::index_sequence<R...>) {
+      return Outs{std::tuple_element_t<R, Outs>(Prog::nodes[Prog::graph::outputs[R]].desc.shape)...};
+    }(std::make_index_sequence<std::tuple_size_v<Outs>>{});
+    cpu::bind_outputs<Prog>(f, outs);
+    if (!cuda_rt_) cuda_rt_ = std::make_unique<jit::cuda_runtime>();
+    cuda::static_path::runner<Prog>::run(f, *cuda_rt_);
+    cuda::static_path::calls().fetch_add(1, std::memory_order_relaxed);
+    return detail::unwrap(std::move(outs));
+  }
+#endif
 
   /// A range (and optimisation hint) for dimension `dim` of argument `arg`: guards of symbolic
   /// specialisations accept only extents in [min, max], and an extent outside is a shape_error.

@@ -90,7 +90,8 @@ constexpr bool pad_fits() {
   if (Axis >= d0.rank || !d0.is_static()) return false;
   std::size_t end = Begin;
   bool ok = true;
-  for (const dims& d : {G0::desc.shape, G::desc.shape...}) {
+  const dims all[] = {G0::desc.shape, G::desc.shape...};  // a named array: nvcc's host pass mangles a braced range
+  for (const dims& d : all) {
     if (d.rank != d0.rank || !d.is_static()) return false;
     for (std::size_t k = 0; k < d.rank; ++k) ok = ok && (k == Axis || d.extent[k] == d0.extent[k]);
     end += d.extent[Axis];

@@ -350,7 +350,9 @@ struct opaque_node : expr_base {
 template <class E, class F>
 constexpr void for_each_child(const E& e, F&& f) {
   constexpr std::size_t n = E::children::size;
-  [&]<std::size_t... I>(std::index_sequence<I...>) { (f(e.template child<I>()), ...); }(std::make_index_sequence<n>{});
+  // The guard is for nvcc's front end, which looks up child<I> even for an empty pack.
+  if constexpr (n > 0)
+    [&]<std::size_t... I>(std::index_sequence<I...>) { (f(e.template child<I>()), ...); }(std::make_index_sequence<n>{});
 }
 
 /// Static shape of an expression as a shape<> type.

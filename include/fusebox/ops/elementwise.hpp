@@ -23,58 +23,73 @@
 namespace fusebox {
 namespace ops {
 
+// An op's device math is written once, as tokens: `device` is their text (the CUDA code generator
+// pastes it into NVRTC units), and in a translation unit compiled by nvcc the same tokens are also
+// `on_device`, a __device__ function the static path's kernel templates call
+// (cuda/static_kernels.cuh).
+#if defined(__CUDACC__)
+#define FUSEBOX_ON_DEVICE(params, ...) \
+  static __device__ float on_device params { return __VA_ARGS__; }
+#else
+#define FUSEBOX_ON_DEVICE(params, ...)
+#endif
+
 #define FUSEBOX_UNARY_OP(op_name, cost, body, device_body) \
   struct op_name {                            \
     static constexpr const char* name = #op_name; \
-    static constexpr const char* device = device_body; \
+    static constexpr const char* device = #device_body; \
+    FUSEBOX_ON_DEVICE((float x), device_body)           \
     static constexpr int flops = cost;        \
     template <class V>                        \
     static V apply(const V& x) {              \
       return body;                            \
     }                                         \
   };
-FUSEBOX_UNARY_OP(neg, 1, -x, "-x")
-FUSEBOX_UNARY_OP(abs, 1, math::abs(x), "fabsf(x)")
-FUSEBOX_UNARY_OP(exp, 16, vmath::exp(x), "expf(x)")
-FUSEBOX_UNARY_OP(log, 20, vmath::log(x), "logf(x)")
-FUSEBOX_UNARY_OP(sqrt, 4, vmath::sqrt(x), "sqrtf(x)")
-FUSEBOX_UNARY_OP(rsqrt, 6, vmath::rsqrt(x), "rsqrtf(x)")
-FUSEBOX_UNARY_OP(tanh, 20, vmath::tanh(x), "tanhf(x)")
-FUSEBOX_UNARY_OP(sigmoid, 20, vmath::sigmoid(x), "1.0f / (1.0f + expf(-x))")
-FUSEBOX_UNARY_OP(relu, 1, math::maximum(x, V(0)), "x < 0.0f ? 0.0f : x")
-FUSEBOX_UNARY_OP(gelu, 28, vmath::gelu(x), "0.5f * x * (1.0f + erff(x * 0.70710678118654752f))")
-FUSEBOX_UNARY_OP(gelu_tanh, 26, vmath::gelu_tanh(x), "0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)))")
-FUSEBOX_UNARY_OP(silu, 22, vmath::silu(x), "x / (1.0f + expf(-x))")
+FUSEBOX_UNARY_OP(neg, 1, -x, -x)
+FUSEBOX_UNARY_OP(abs, 1, math::abs(x), fabsf(x))
+FUSEBOX_UNARY_OP(exp, 16, vmath::exp(x), expf(x))
+FUSEBOX_UNARY_OP(log, 20, vmath::log(x), logf(x))
+FUSEBOX_UNARY_OP(sqrt, 4, vmath::sqrt(x), sqrtf(x))
+FUSEBOX_UNARY_OP(rsqrt, 6, vmath::rsqrt(x), rsqrtf(x))
+FUSEBOX_UNARY_OP(tanh, 20, vmath::tanh(x), tanhf(x))
+FUSEBOX_UNARY_OP(sigmoid, 20, vmath::sigmoid(x), 1.0f / (1.0f + expf(-x)))
+FUSEBOX_UNARY_OP(relu, 1, math::maximum(x, V(0)), x < 0.0f ? 0.0f : x)
+FUSEBOX_UNARY_OP(gelu, 28, vmath::gelu(x), 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)))
+FUSEBOX_UNARY_OP(gelu_tanh, 26, vmath::gelu_tanh(x),
+                 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x))))
+FUSEBOX_UNARY_OP(silu, 22, vmath::silu(x), x / (1.0f + expf(-x)))
 #undef FUSEBOX_UNARY_OP
 
 #define FUSEBOX_BINARY_OP(op_name, cost, body, device_body) \
   struct op_name {                             \
     static constexpr const char* name = #op_name; \
-    static constexpr const char* device = device_body; \
+    static constexpr const char* device = #device_body; \
+    FUSEBOX_ON_DEVICE((float a, float b), device_body)  \
     static constexpr int flops = cost;         \
     template <class V>                         \
     static V apply(const V& a, const V& b) {   \
       return body;                             \
     }                                          \
   };
-FUSEBOX_BINARY_OP(add, 1, a + b, "a + b")
-FUSEBOX_BINARY_OP(sub, 1, a - b, "a - b")
-FUSEBOX_BINARY_OP(mul, 1, a * b, "a * b")
-FUSEBOX_BINARY_OP(div, 1, a / b, "a / b")
-FUSEBOX_BINARY_OP(pow, 40, math::pow(a, b), "powf(a, b)")
-FUSEBOX_BINARY_OP(maximum, 1, math::maximum(a, b), "a < b ? b : a")
-FUSEBOX_BINARY_OP(minimum, 1, math::minimum(a, b), "b < a ? b : a")
-FUSEBOX_BINARY_OP(eq, 1, math::eq(a, b), "a == b ? 1.0f : 0.0f")
-FUSEBOX_BINARY_OP(ne, 1, math::ne(a, b), "a != b ? 1.0f : 0.0f")
-FUSEBOX_BINARY_OP(lt, 1, math::lt(a, b), "a < b ? 1.0f : 0.0f")
-FUSEBOX_BINARY_OP(le, 1, math::le(a, b), "a <= b ? 1.0f : 0.0f")
-FUSEBOX_BINARY_OP(gt, 1, math::gt(a, b), "a > b ? 1.0f : 0.0f")
-FUSEBOX_BINARY_OP(ge, 1, math::ge(a, b), "a >= b ? 1.0f : 0.0f")
+FUSEBOX_BINARY_OP(add, 1, a + b, a + b)
+FUSEBOX_BINARY_OP(sub, 1, a - b, a - b)
+FUSEBOX_BINARY_OP(mul, 1, a * b, a * b)
+FUSEBOX_BINARY_OP(div, 1, a / b, a / b)
+FUSEBOX_BINARY_OP(pow, 40, math::pow(a, b), powf(a, b))
+FUSEBOX_BINARY_OP(maximum, 1, math::maximum(a, b), a < b ? b : a)
+FUSEBOX_BINARY_OP(minimum, 1, math::minimum(a, b), b < a ? b : a)
+FUSEBOX_BINARY_OP(eq, 1, math::eq(a, b), a == b ? 1.0f : 0.0f)
+FUSEBOX_BINARY_OP(ne, 1, math::ne(a, b), a != b ? 1.0f : 0.0f)
+FUSEBOX_BINARY_OP(lt, 1, math::lt(a, b), a < b ? 1.0f : 0.0f)
+FUSEBOX_BINARY_OP(le, 1, math::le(a, b), a <= b ? 1.0f : 0.0f)
+FUSEBOX_BINARY_OP(gt, 1, math::gt(a, b), a > b ? 1.0f : 0.0f)
+FUSEBOX_BINARY_OP(ge, 1, math::ge(a, b), a >= b ? 1.0f : 0.0f)
 #undef FUSEBOX_BINARY_OP
 
 struct where {
   static constexpr const char* name = "where";
   static constexpr const char* device = "c != 0.0f ? a : b";
+  FUSEBOX_ON_DEVICE((float c, float a, float b), c != 0.0f ? a : b)
   static constexpr int flops = 1;
   template <class V>
   static V apply(const V& c, const V& a, const V& b) {
@@ -89,6 +104,7 @@ struct where {
 struct expand_as {
   static constexpr const char* name = "expand_as";
   static constexpr const char* device = "a";
+  FUSEBOX_ON_DEVICE((float a, float), a)
   static constexpr int flops = 0;
   template <class V>
   static V apply(const V& a, const V&) {
@@ -99,6 +115,7 @@ struct expand_as {
 struct zeros_like {
   static constexpr const char* name = "zeros_like";
   static constexpr const char* device = "0.0f";
+  FUSEBOX_ON_DEVICE((float), 0.0f)
   static constexpr int flops = 0;
   template <class V>
   static V apply(const V&) {
@@ -109,7 +126,8 @@ struct zeros_like {
 #define FUSEBOX_BACKWARD_OP(op_name, cost, body, device_body) \
   struct op_name {                                          \
     static constexpr const char* name = #op_name;           \
-    static constexpr const char* device = device_body;      \
+    static constexpr const char* device = #device_body;     \
+    FUSEBOX_ON_DEVICE((float a, float b), device_body)      \
     static constexpr int flops = cost;                      \
     template <class V>                                      \
     static V apply(const V& g, const V& v) {                \
@@ -118,17 +136,17 @@ struct zeros_like {
   };
 // v is the forward result y, or the operand x where the derivative needs it.
 FUSEBOX_BACKWARD_OP(abs_backward, 3, math::select(math::gt(v, V(0)), g, math::select(math::lt(v, V(0)), -g, V(0))),
-                    "b > 0.0f ? a : (b < 0.0f ? -a : 0.0f)")
-FUSEBOX_BACKWARD_OP(sqrt_backward, 2, V(0.5) * g / v, "0.5f * a / b")
-FUSEBOX_BACKWARD_OP(rsqrt_backward, 4, V(-0.5) * g * v * v * v, "-0.5f * a * b * b * b")
-FUSEBOX_BACKWARD_OP(tanh_backward, 3, g * (V(1) - v * v), "a * (1.0f - b * b)")
-FUSEBOX_BACKWARD_OP(sigmoid_backward, 3, g * v * (V(1) - v), "a * b * (1.0f - b)")
-FUSEBOX_BACKWARD_OP(relu_backward, 1, math::select(math::gt(v, V(0)), g, V(0)), "b > 0.0f ? a : 0.0f")
+                    b > 0.0f ? a : (b < 0.0f ? -a : 0.0f))
+FUSEBOX_BACKWARD_OP(sqrt_backward, 2, V(0.5) * g / v, 0.5f * a / b)
+FUSEBOX_BACKWARD_OP(rsqrt_backward, 4, V(-0.5) * g * v * v * v, -0.5f * a * b * b * b)
+FUSEBOX_BACKWARD_OP(tanh_backward, 3, g * (V(1) - v * v), a * (1.0f - b * b))
+FUSEBOX_BACKWARD_OP(sigmoid_backward, 3, g * v * (V(1) - v), a * b * (1.0f - b))
+FUSEBOX_BACKWARD_OP(relu_backward, 1, math::select(math::gt(v, V(0)), g, V(0)), b > 0.0f ? a : 0.0f)
 // gelu'(x) = Phi(x) + x phi(x)
 FUSEBOX_BACKWARD_OP(gelu_backward, 40,
                     g * (V(0.5) * (V(1) + vmath::erf(v * V(0.70710678118654752440))) +
                          v * V(0.39894228040143267794) * vmath::exp(V(-0.5) * v * v)),
-                    "a * (0.5f * (1.0f + erff(b * 0.70710678118654752f)) + b * 0.39894228040143268f * expf(-0.5f * b * b))")
+                    a * (0.5f * (1.0f + erff(b * 0.70710678118654752f)) + b * 0.39894228040143268f * expf(-0.5f * b * b)))
 // gelu_tanh'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2), t = tanh(k (x + c x^3))
 FUSEBOX_BACKWARD_OP(gelu_tanh_backward, 34,
                     g * [&] {
@@ -136,25 +154,25 @@ FUSEBOX_BACKWARD_OP(gelu_tanh_backward, 34,
                       return V(0.5) * (V(1) + t) + V(0.5) * v * (V(1) - t * t) * V(0.79788456080286535588) *
                                                        (V(1) + V(3 * 0.044715) * v * v);
                     }(),
-                    "a * (0.5f * (1.0f + tanhf(0.79788456080286536f * (b + 0.044715f * b * b * b))) + 0.5f * b * "
-                    "(1.0f - tanhf(0.79788456080286536f * (b + 0.044715f * b * b * b)) * tanhf(0.79788456080286536f * "
-                    "(b + 0.044715f * b * b * b))) * 0.79788456080286536f * (1.0f + 0.134145f * b * b))")
+                    a * (0.5f * (1.0f + tanhf(0.79788456080286536f * (b + 0.044715f * b * b * b))) + 0.5f * b *
+                    (1.0f - tanhf(0.79788456080286536f * (b + 0.044715f * b * b * b)) * tanhf(0.79788456080286536f *
+                    (b + 0.044715f * b * b * b))) * 0.79788456080286536f * (1.0f + 0.134145f * b * b)))
 // silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)
 FUSEBOX_BACKWARD_OP(silu_backward, 26,
                     g * [&] {
                       const V s = vmath::sigmoid(v);
                       return s * (V(1) + v * (V(1) - s));
-                    }(),
-                    "a * (1.0f / (1.0f + expf(-b))) * (1.0f + b * (1.0f - 1.0f / (1.0f + expf(-b))))")
+                    }(), a * (1.0f / (1.0f + expf(-b))) * (1.0f + b * (1.0f - 1.0f / (1.0f + expf(-b)))))
 // where(c, a, b): the gradient goes to a where c is non-zero, to b elsewhere (v is c)
-FUSEBOX_BACKWARD_OP(where_backward_true, 1, math::select(v, g, V(0)), "b != 0.0f ? a : 0.0f")
-FUSEBOX_BACKWARD_OP(where_backward_false, 1, math::select(v, V(0), g), "b != 0.0f ? 0.0f : a")
+FUSEBOX_BACKWARD_OP(where_backward_true, 1, math::select(v, g, V(0)), b != 0.0f ? a : 0.0f)
+FUSEBOX_BACKWARD_OP(where_backward_false, 1, math::select(v, V(0), g), b != 0.0f ? 0.0f : a)
 #undef FUSEBOX_BACKWARD_OP
 
 #define FUSEBOX_BACKWARD_OP3(op_name, cost, body, device_body) \
   struct op_name {                                           \
     static constexpr const char* name = #op_name;            \
-    static constexpr const char* device = device_body;       \
+    static constexpr const char* device = #device_body;      \
+    FUSEBOX_ON_DEVICE((float c, float a, float b), device_body)\
     static constexpr int flops = cost;                       \
     template <class V>                                       \
     static V apply(const V& g, const V& a, const V& b) {     \
@@ -162,18 +180,18 @@ FUSEBOX_BACKWARD_OP(where_backward_false, 1, math::select(v, V(0), g), "b != 0.0
     }                                                        \
   };
 // d(a / b)/db = -g y / b, with a = y (the quotient) and b the divisor
-FUSEBOX_BACKWARD_OP3(div_rhs_backward, 3, -g * a / b, "-c * a / b")
+FUSEBOX_BACKWARD_OP3(div_rhs_backward, 3, -g * a / b, -c * a / b)
 // d(a^b)/da = g b a^(b-1) (a, b: the operands)
-FUSEBOX_BACKWARD_OP3(pow_base_backward, 42, g * b * math::pow(a, b - V(1)), "c * b * powf(a, b - 1.0f)")
+FUSEBOX_BACKWARD_OP3(pow_base_backward, 42, g * b * math::pow(a, b - V(1)), c * b * powf(a, b - 1.0f))
 // d(a^b)/db = g y log(a) (a: the result y, b: the base)
-FUSEBOX_BACKWARD_OP3(pow_exponent_backward, 22, g * a * vmath::log(b), "c * a * logf(b)")
+FUSEBOX_BACKWARD_OP3(pow_exponent_backward, 22, g * a * vmath::log(b), c * a * logf(b))
 // The gradient where a comparison of a and b holds, else 0: maximum, minimum (ties go to a, as in
 // their forward), and the extremum reductions (select_eq: every position equal to the maximum).
-FUSEBOX_BACKWARD_OP3(select_ge, 1, math::select(math::ge(a, b), g, V(0)), "a >= b ? c : 0.0f")
-FUSEBOX_BACKWARD_OP3(select_gt, 1, math::select(math::gt(a, b), g, V(0)), "a > b ? c : 0.0f")
-FUSEBOX_BACKWARD_OP3(select_le, 1, math::select(math::le(a, b), g, V(0)), "a <= b ? c : 0.0f")
-FUSEBOX_BACKWARD_OP3(select_lt, 1, math::select(math::lt(a, b), g, V(0)), "a < b ? c : 0.0f")
-FUSEBOX_BACKWARD_OP3(select_eq, 1, math::select(math::eq(a, b), g, V(0)), "a == b ? c : 0.0f")
+FUSEBOX_BACKWARD_OP3(select_ge, 1, math::select(math::ge(a, b), g, V(0)), a >= b ? c : 0.0f)
+FUSEBOX_BACKWARD_OP3(select_gt, 1, math::select(math::gt(a, b), g, V(0)), a > b ? c : 0.0f)
+FUSEBOX_BACKWARD_OP3(select_le, 1, math::select(math::le(a, b), g, V(0)), a <= b ? c : 0.0f)
+FUSEBOX_BACKWARD_OP3(select_lt, 1, math::select(math::lt(a, b), g, V(0)), a < b ? c : 0.0f)
+FUSEBOX_BACKWARD_OP3(select_eq, 1, math::select(math::eq(a, b), g, V(0)), a == b ? c : 0.0f)
 #undef FUSEBOX_BACKWARD_OP3
 
 }  // namespace ops

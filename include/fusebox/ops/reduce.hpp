@@ -31,6 +31,21 @@ struct keepdim_t {};
 inline constexpr keepdim_t keepdim{};
 
 namespace ops {
+
+// A reduction's device math, written once as tokens: `device` is their text (member functions
+// identity, combine and finalize that the CUDA code generator pastes into NVRTC units); in a
+// translation unit compiled by nvcc the same members also form `on_device`, for the static path's
+// kernel templates (cuda/static_kernels.cuh).
+#if defined(__CUDACC__)
+#define FUSEBOX_DEVICE_MEMBERS(...)                    \
+  static constexpr const char* device = #__VA_ARGS__; \
+  struct on_device {                                  \
+    __VA_ARGS__                                       \
+  };
+#else
+#define FUSEBOX_DEVICE_MEMBERS(...) static constexpr const char* device = #__VA_ARGS__;
+#endif
+
 /// Folds the lanes of a batch left to right (xsimd 8 has no reduce_max/reduce_min).
 template <class B, class F>
 auto lanes_fold(const B& b, F f) {
@@ -43,10 +58,10 @@ auto lanes_fold(const B& b, F f) {
 
 struct sum {
   static constexpr const char* name = "sum";
-  static constexpr const char* device =
-      "static __device__ float identity() { return 0.0f; } "
-      "static __device__ float combine(float a, float b) { return a + b; } "
-      "static __device__ float finalize(float x, unsigned long long) { return x; }";
+  FUSEBOX_DEVICE_MEMBERS(
+      static __device__ float identity() { return 0.0f; }
+      static __device__ float combine(float a, float b) { return a + b; }
+      static __device__ float finalize(float x, unsigned long long) { return x; })
   static constexpr int flops = 1;
   template <class V> static V identity() { return V(0); }
   template <class V> static V combine(const V& a, const V& b) { return a + b; }
@@ -55,18 +70,18 @@ struct sum {
 };
 struct mean : sum {
   static constexpr const char* name = "mean";
-  static constexpr const char* device =
-      "static __device__ float identity() { return 0.0f; } "
-      "static __device__ float combine(float a, float b) { return a + b; } "
-      "static __device__ float finalize(float x, unsigned long long n) { return x / static_cast<float>(n); }";
+  FUSEBOX_DEVICE_MEMBERS(
+      static __device__ float identity() { return 0.0f; }
+      static __device__ float combine(float a, float b) { return a + b; }
+      static __device__ float finalize(float x, unsigned long long n) { return x / static_cast<float>(n); })
   template <class T> static T finalize(T acc, std::size_t n) { return acc / static_cast<T>(n); }
 };
 struct max {
   static constexpr const char* name = "max";
-  static constexpr const char* device =
-      "static __device__ float identity() { return -__int_as_float(0x7f800000); } "
-      "static __device__ float combine(float a, float b) { return a < b ? b : a; } "
-      "static __device__ float finalize(float x, unsigned long long) { return x; }";
+  FUSEBOX_DEVICE_MEMBERS(
+      static __device__ float identity() { return -__int_as_float(0x7f800000); }
+      static __device__ float combine(float a, float b) { return a < b ? b : a; }
+      static __device__ float finalize(float x, unsigned long long) { return x; })
   static constexpr int flops = 1;
   template <class V> static V identity() { return V(-std::numeric_limits<typename cpu::element_type<V>::type>::infinity()); }
   template <class V> static V combine(const V& a, const V& b) { return math::maximum(a, b); }
@@ -75,10 +90,10 @@ struct max {
 };
 struct min {
   static constexpr const char* name = "min";
-  static constexpr const char* device =
-      "static __device__ float identity() { return __int_as_float(0x7f800000); } "
-      "static __device__ float combine(float a, float b) { return b < a ? b : a; } "
-      "static __device__ float finalize(float x, unsigned long long) { return x; }";
+  FUSEBOX_DEVICE_MEMBERS(
+      static __device__ float identity() { return __int_as_float(0x7f800000); }
+      static __device__ float combine(float a, float b) { return b < a ? b : a; }
+      static __device__ float finalize(float x, unsigned long long) { return x; })
   static constexpr int flops = 1;
   template <class V> static V identity() { return V(std::numeric_limits<typename cpu::element_type<V>::type>::infinity()); }
   template <class V> static V combine(const V& a, const V& b) { return math::minimum(a, b); }
