@@ -29,10 +29,11 @@ step() { local t0=$SECONDS; echo "==> $1"; shift; "$@"; local rc=$?; echo "==> r
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$out/gpu.txt"
 step configure cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DFUSEBOX_BUILD_TESTS=ON \
-  -DFUSEBOX_BUILD_BENCH=ON -DCMAKE_PREFIX_PATH="$root/.deps/usr" >"$out/configure.log" 2>&1 ||
+  -DFUSEBOX_BUILD_BENCH=ON -DFUSEBOX_TEST_NVCC=ON -DCMAKE_PREFIX_PATH="$root/.deps/usr" >"$out/configure.log" 2>&1 ||
   tail -30 "$out/configure.log"
 targets="bench_gpu"
-[ $tests = 1 ] && targets="$targets fusebox_test_cuda_loader fusebox_test_cuda_runtime fusebox_test_cuda_compiled"
+[ $tests = 1 ] && targets="$targets fusebox_test_cuda_loader fusebox_test_cuda_runtime fusebox_test_cuda_compiled fusebox_test_cuda_optim"
+[ $tests = 1 ] && grep -q "building cuda.static_nvcc" "$out/configure.log" && targets="$targets fusebox_test_cuda_static_nvcc"
 [ $tests = 1 ] && [ $fuzz = 1 ] && targets="$targets fusebox_test_jit_fuzz_0 fusebox_test_jit_fuzz_ir"
 step build cmake --build "$build" -j "$jobs" --target $targets -- -k >"$out/build.log" 2>&1 || grep -m20 -B2 -A8 "error" "$out/build.log"
 
