@@ -1,4 +1,4 @@
-// train_fashion_mnist: BENCHMARKS.md's T1 (and T2 with --model cnn) on the CPU. T1: an MLP 784 -> 256 -> 128 -> 10 (ReLU) trained
+// train_fashion_mnist: BENCHMARKS.md's T1 (and T2 with --model cnn) on the CPU, or on the GPU (--device). T1: an MLP 784 -> 256 -> 128 -> 10 (ReLU) trained
 // with AdamW (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay 0.01: torch's defaults), batch 128,
 // cross-entropy, 10 epochs, on Fashion-MNIST from Debian's dataset-fashion-mnist package. Prints per
 // epoch the mean training loss, the test accuracy and the seconds the epoch's training took (and
@@ -7,6 +7,7 @@
 //   train_fashion_mnist [--epochs 10] [--model mlp] [--threads N] [--data DIR] [--seed S]
 //                       [--train-subset N] [--test-subset N] [--save FILE.safetensors] [--min-accuracy A]
 //                       [--lr 1e-3] [--weight-decay 0.01] [--schedule constant|cosine]
+//                       [--device auto|cpu|cuda]
 //
 // --schedule cosine anneals the learning rate per epoch from --lr to 0 over --epochs
 // (optim::cosine_annealing_lr{t_max = epochs}, stepped after each epoch as torch's CosineAnnealingLR
@@ -17,19 +18,33 @@
 // partial batch dropped so every step has the compiled batch size). The test pass is a compiled
 // eval-mode forward at batch 500.
 //
+// --device cuda (auto, the default, picks it when fb::cuda::available()) runs the same recipe with
+// the same seeds on the GPU: the parameters are uploaded once (the same initial values), the loader
+// collates each batch into page-locked memory (pin_memory, a small recycling pool of
+// cuda::pinned_buffer) and one worker thread, the batch is copied asynchronously into device tensors
+// on the work stream, the step is the same objective compiled with device tensors
+// (compile(value_and_grad) on the CUDA backend), the update is optim::cuda_adamw, and the test set
+// is uploaded once and run through a compiled eval forward on the device; the [500, 10] logits are
+// downloaded and their argmax taken on the host. Each step reads its loss back (as the CPU loop
+// does), which waits for the step. A model whose device step fails (T2: conv2d and pooling have no
+// CUDA kernel yet) says so and trains on the CPU. JSON lines gain "device", "gpu" and "samples_per_s".
+//
 // --model selects the network: `mlp` is T1; `cnn` is T2 (conv 5x5 32, ReLU, max-pool 2, conv 5x5 64,
 // ReLU, max-pool 2, linear 1024 -> 10: examples/fashion_cnn.hpp). A model is a struct with three
 // members (the network type, its input shape per batch, its name); the loop takes any such model
 // unchanged (the loader's [B, 784] batch is reshaped to the model's input shape as a view).
 //
-// Exit codes: 0 done (and --min-accuracy met), 1 accuracy below --min-accuracy, 2 bad arguments,
-// 77 data set not installed (CTest's skip code).
+// Exit codes: 0 done (and --min-accuracy met), 1 accuracy below --min-accuracy, 2 bad arguments
+// (--device cuda without a usable GPU included), 77 data set not installed (CTest's skip code).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fusebox/data/fashion_mnist.hpp>
@@ -37,6 +52,7 @@
 #include <fusebox/data/progress.hpp>
 #include <fusebox/fusebox.hpp>
 #include <fusebox/nn/nn.hpp>
+#include <fusebox/optim/cuda_adamw.hpp>
 
 #include "fashion_cnn.hpp"
 
@@ -68,6 +84,7 @@ struct options {
   double min_accuracy = -1;
   double lr = 1e-3, weight_decay = 0.01;
   std::string schedule = "constant";
+  std::string device = "auto";
 };
 
 /// One batch: images [B, 784] and one-hot labels [B, 10], ready for the compiled step.
@@ -178,11 +195,241 @@ int train(const options& opt, fb::data::fashion_mnist& data) {
   return 0;
 }
 
+// --- The GPU path (--device cuda) ------------------------------------------------------------
+
+/// Page-locked batch storage for the loader's pin_memory hook: buffers are recycled (cuMemAllocHost
+/// and cuMemFreeHost cost far more than a batch's copy), and handed out from any thread (the
+/// loader's worker). A batch gives its buffers back when the loader drops it, after the step that
+/// copied from it has read its loss, so the copy is done before the buffer is reused. The pool
+/// must outlive the loader.
+class pinned_pool {
+ public:
+  fb::storage_ptr allocate(std::size_t bytes) {
+    std::unique_ptr<fb::cuda::pinned_buffer> b;
+    {
+      std::lock_guard lock(mutex_);
+      for (auto it = free_.begin(); it != free_.end(); ++it)
+        if ((*it)->size() == bytes) {
+          b = std::move(*it);
+          free_.erase(it);
+          break;
+        }
+    }
+    if (!b) b = std::make_unique<fb::cuda::pinned_buffer>(bytes);
+    fb::cuda::pinned_buffer* raw = b.release();
+    return fb::storage_ptr(static_cast<std::byte*>(raw->data()), [this, raw](std::byte*) {
+      std::lock_guard lock(mutex_);
+      free_.emplace_back(raw);
+    });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<fb::cuda::pinned_buffer>> free_;
+};
+
+/// One batch in page-locked memory: images [batch, 784] and one-hot labels [batch, 10], row-major.
+struct pinned_batch {
+  fb::storage_ptr x, y;
+};
+struct pinned_collate {
+  pinned_batch operator()(std::vector<std::pair<std::span<const float>, std::int32_t>>&& samples,
+                          const fb::data::batch_allocator& allocate) const {
+    if (samples.size() != batch)
+      throw fb::invalid_argument("train_fashion_mnist: a batch of " + std::to_string(samples.size()) +
+                                 " samples; the compiled step takes " + std::to_string(batch) + " (drop_last)");
+    pinned_batch b{allocate(batch * pixels * sizeof(float)), allocate(batch * classes * sizeof(float))};
+    auto* x = reinterpret_cast<float*>(b.x.get());
+    auto* y = reinterpret_cast<float*>(b.y.get());
+    std::fill_n(y, batch * classes, 0.0f);
+    for (std::size_t i = 0; i < batch; ++i) {
+      std::copy(samples[i].first.begin(), samples[i].first.end(), x + i * pixels);
+      y[i * classes + static_cast<std::size_t>(samples[i].second)] = 1.0f;
+    }
+    return b;
+  }
+};
+
+/// Device copies of a model's parameters (the same values, uploaded once).
+template <class Refs>
+auto upload_parameters(const Refs& host) {
+  return std::apply(
+      [](const auto&... h) {
+        return std::make_tuple(fb::cuda::tensor<float, typename std::remove_cvref_t<decltype(h)>::shape_type>(h)...);
+      },
+      host);
+}
+
+enum class device_result { done, below_accuracy, no_device_step };
+
+/// T1 (or T2) with device tensors; no_device_step when the device step cannot run (T2 today).
+template <class Model>
+device_result train_cuda(const options& opt, fb::data::fashion_mnist& data) {
+  using net_t = typename Model::network;
+  static_assert(net_t::template random_count<nn::train_mode> == 0,
+                "train_fashion_mnist --device cuda: the model takes random inputs (dropout); not wired here");
+  const char* workload = std::string(Model::name) == "cnn" ? "T2" : "T1";
+  const auto& gpu = fb::cuda::current_device();
+  net_t net(opt.seed);  // the CPU path's initial parameters, then uploaded
+  const auto params = net.parameters();
+  auto dparams = upload_parameters(net.param_refs());
+
+  // The objective and the inference function nn::compile_step / compile_forward compile on the
+  // host, here called with device tensors: (x, one-hot target, parameters...).
+  using objective = nn::detail::objective<net_t, nn::train_mode, nn::cross_entropy_loss>;
+  constexpr auto wrt_params = nn::detail::wrt_from<2>(std::make_index_sequence<net_t::param_count>{});
+  const fb::options copts{.threads = opt.threads};
+  auto step = fb::compile(fb::value_and_grad(objective{nn::cross_entropy_loss{}}, wrt_params), copts);
+  auto infer = fb::compile(nn::detail::inference<net_t, nn::eval_mode>{}, copts);
+
+  using x_t = fb::cuda::tensor<float, typename Model::template input_shape<batch>>;
+  using y_t = fb::cuda::tensor<float, fb::shape<batch, classes>>;
+  x_t dx;
+  y_t dy;
+  auto run_step = [&] { return std::apply([&](const auto&... p) { return step(dx, dy, p...); }, dparams); };
+
+  // Probe: one step on a zero batch (nothing is updated) compiles the device program, or says why
+  // there is none.
+  try {
+    fb::cuda::fill_bytes(reinterpret_cast<fb::cuda::CUdeviceptr>(dx.data()), 0, dx.size() * sizeof(float));
+    fb::cuda::fill_bytes(reinterpret_cast<fb::cuda::CUdeviceptr>(dy.data()), 0, dy.size() * sizeof(float));
+    auto [l, g] = run_step();
+    (void)l.to_host();
+  } catch (const std::exception& e) {
+    if (std::string(workload) != "T2") throw;
+    std::printf("%s on the GPU: conv2d has no CUDA kernel yet; running on the CPU (device step: %s)\n", workload,
+                e.what());
+    std::fflush(stdout);
+    return device_result::no_device_step;
+  }
+
+  std::vector<fb::nn::named_parameter<float>> dnamed;
+  std::size_t k = 0;
+  std::apply([&](auto&... p) { (dnamed.push_back(fb::optim::device_parameter(params[k++].name, p)), ...); }, dparams);
+  fb::optim::cuda_adamw adam(std::move(dnamed),
+                             {.lr = opt.lr, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = opt.weight_decay});
+  const bool cosine = opt.schedule == "cosine";
+  const fb::optim::cosine_annealing_lr schedule{.t_max = static_cast<std::size_t>(std::max(opt.epochs, 1))};
+
+  // The test set on the device once, in eval batches.
+  const std::size_t train_n = data.train.size(), test_n = data.test.size() / eval_batch * eval_batch;
+  using eval_x = fb::tensor<float, typename Model::template input_shape<eval_batch>>;
+  std::vector<fb::cuda::tensor<float, typename Model::template input_shape<eval_batch>>> test_x;
+  for (std::size_t start = 0; start < test_n; start += eval_batch) {
+    eval_x x;
+    std::copy_n(data.test.images.data() + start * pixels, eval_batch * pixels, x.data());
+    test_x.emplace_back(x);
+  }
+
+  pinned_pool pool;  // before the loader: its batches give buffers back to it
+  fb::data::loader<const fb::data::image_set&, pinned_collate> batches(
+      data.train, {.batch_size = batch,
+                   .shuffle = true,
+                   .drop_last = true,
+                   .num_workers = 1,
+                   .seed = opt.seed,
+                   .pin_memory = true,
+                   .pinned_allocator = [&pool](std::size_t bytes) { return pool.allocate(bytes); }});
+  fb::data::progress_bar bar(train_n / batch * batch);
+  std::printf("%s Fashion-MNIST on %s (%s, %d SMs), model %s (%zu parameters), AdamW lr %g (%s) wd %g, batch %zu, "
+              "seed %llu, %zu train / %zu test samples\n",
+              workload, gpu.name.c_str(), gpu.arch.c_str(), gpu.sm_count, Model::name, params.numel(), opt.lr,
+              opt.schedule.c_str(), opt.weight_decay, batch, static_cast<unsigned long long>(opt.seed), train_n, test_n);
+  std::printf("%5s  %10s  %9s  %9s  %8s  %10s\n", "epoch", "train loss", "test acc", "train s", "test s", "samples/s");
+
+  auto& stream = fb::cuda::work_stream();
+  std::vector<double> epoch_seconds;
+  double accuracy = 0, rate = 0;
+  for (int epoch = 0; epoch < opt.epochs; ++epoch) {
+    if (cosine) adam.options().lr = schedule(opt.lr, static_cast<std::size_t>(epoch));
+    bar.start_epoch(static_cast<std::uint64_t>(epoch));
+    const auto t0 = std::chrono::steady_clock::now();
+    double loss_sum = 0;
+    std::size_t steps = 0;
+    for (auto& b : batches) {
+      // Queued on the work stream: after the previous step, before this one.
+      fb::cuda::copy_to_device_async(reinterpret_cast<fb::cuda::CUdeviceptr>(dx.data()), b.x.get(),
+                                     batch * pixels * sizeof(float), stream.get());
+      fb::cuda::copy_to_device_async(reinterpret_cast<fb::cuda::CUdeviceptr>(dy.data()), b.y.get(),
+                                     batch * classes * sizeof(float), stream.get());
+      auto [loss, grads] = run_step();
+      adam.step(grads);
+      loss_sum += loss.to_host().flat(0);  // waits for the step: b's pinned buffers are free after this
+      ++steps;
+      bar.update(steps * batch, loss_sum / static_cast<double>(steps));
+    }
+    fb::cuda::synchronize();
+    const double train_s = seconds_since(t0);
+    epoch_seconds.push_back(train_s);
+    rate = static_cast<double>(steps * batch) / train_s;
+
+    const auto t1 = std::chrono::steady_clock::now();
+    std::size_t correct = 0;
+    for (std::size_t j = 0; j < test_x.size(); ++j) {
+      const auto logits = std::apply([&](const auto&... p) { return infer(test_x[j], p...); }, dparams).to_host();
+      for (std::size_t i = 0; i < eval_batch; ++i) {
+        std::size_t best = 0;
+        for (std::size_t c = 1; c < classes; ++c)
+          if (logits(i, c) > logits(i, best)) best = c;
+        correct += static_cast<std::int32_t>(best) == data.test.labels[j * eval_batch + i];
+      }
+    }
+    const double test_s = seconds_since(t1);
+    accuracy = test_n ? static_cast<double>(correct) / static_cast<double>(test_n) : 0;
+    const double mean_loss = steps ? loss_sum / static_cast<double>(steps) : 0;
+    std::printf("%5d  %10.4f  %8.2f%%  %9.2f  %8.2f  %10.0f\n", epoch + 1, mean_loss, 100 * accuracy, train_s, test_s,
+                rate);
+    std::printf("{\"workload\":\"%s\",\"system\":\"fusebox\",\"mode\":\"compiled\",\"device\":\"cuda\",\"gpu\":\"%s\","
+                "\"epoch\":%d,\"seconds\":%.4f,\"test_seconds\":%.4f,\"samples_per_s\":%.0f,\"loss\":%.6f,"
+                "\"accuracy\":%.4f}\n",
+                workload, gpu.name.c_str(), epoch + 1, train_s, test_s, rate, mean_loss, accuracy);
+    std::fflush(stdout);
+  }
+  std::vector<double> later(epoch_seconds.begin() + (epoch_seconds.size() > 1 ? 1 : 0), epoch_seconds.end());
+  std::sort(later.begin(), later.end());
+  const double median = later.empty() ? 0 : later[later.size() / 2];
+  std::printf("{\"workload\":\"%s\",\"system\":\"fusebox\",\"mode\":\"compiled\",\"device\":\"cuda\",\"gpu\":\"%s\","
+              "\"epochs\":%d,\"median_epoch_s\":%.4f,\"samples_per_s\":%.0f,\"accuracy\":%.4f}\n",
+              workload, gpu.name.c_str(), opt.epochs, median,
+              median > 0 ? static_cast<double>(train_n / batch * batch) / median : 0.0, accuracy);
+  if (!opt.save.empty()) {
+    // Downloaded into the host model's tensors, saved under the same names as the CPU path's.
+    auto host = net.param_refs();
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((void)[&](auto& h, const auto& d) {
+         const auto down = d.to_host();
+         std::copy_n(down.data(), down.size(), h.data());
+       }(std::get<I>(host), std::get<I>(dparams)),
+       ...);
+    }(std::make_index_sequence<net_t::param_count>{});
+    fb::io::save_safetensors(opt.save, params);
+    std::printf("parameters saved to %s\n", opt.save.c_str());
+  }
+  if (opt.min_accuracy >= 0 && accuracy < opt.min_accuracy) {
+    std::fprintf(stderr, "test accuracy %.4f is below --min-accuracy %.4f\n", accuracy, opt.min_accuracy);
+    return device_result::below_accuracy;
+  }
+  return device_result::done;
+}
+
+/// --device: cuda when asked (or, with auto, when a GPU is there), else the CPU loop above.
+template <class Model>
+int train_on(const options& opt, fb::data::fashion_mnist& data) {
+  const bool cuda = opt.device == "cuda" || (opt.device == "auto" && fb::cuda::available());
+  if (!cuda) return train<Model>(opt, data);
+  switch (train_cuda<Model>(opt, data)) {
+    case device_result::done: return 0;
+    case device_result::below_accuracy: return 1;
+    case device_result::no_device_step: break;
+  }
+  return train<Model>(opt, data);
+}
+
 int usage(const char* why) {
   std::fprintf(stderr,
                "train_fashion_mnist: %s\nusage: train_fashion_mnist [--epochs N] [--model mlp|cnn] [--threads N] "
                "[--data DIR] [--seed S] [--train-subset N] [--test-subset N] [--save FILE] [--min-accuracy A] [--lr LR] "
-               "[--weight-decay WD] [--schedule constant|cosine]\n",
+               "[--weight-decay WD] [--schedule constant|cosine] [--device auto|cpu|cuda]\n",
                why);
   return 2;
 }
@@ -207,9 +454,18 @@ int main(int argc, char** argv) {
     else if (a == "--lr") opt.lr = std::atof(v);
     else if (a == "--weight-decay") opt.weight_decay = std::atof(v);
     else if (a == "--schedule") opt.schedule = v;
+    else if (a == "--device") opt.device = v;
     else return usage(("unknown option " + a).c_str());
   }
   if (opt.schedule != "constant" && opt.schedule != "cosine") return usage("--schedule takes constant or cosine");
+  if (opt.device != "auto" && opt.device != "cpu" && opt.device != "cuda") return usage("--device takes auto, cpu or cuda");
+  if (opt.device == "cuda" && !fb::cuda::available()) {
+    try {
+      fb::cuda::current_device();
+    } catch (const std::exception& e) {
+      return usage((std::string("--device cuda: ") + e.what()).c_str());
+    }
+  }
   if (opt.threads) fb::set_default_threads(opt.threads);
 
   fb::data::fashion_mnist data;
@@ -228,7 +484,7 @@ int main(int argc, char** argv) {
   keep(data.train, opt.train_subset);
   keep(data.test, opt.test_subset);
 
-  if (opt.model == "mlp") return train<models::mlp>(opt, data);
-  if (opt.model == "cnn") return train<fb::examples::fashion_cnn_model>(opt, data);
+  if (opt.model == "mlp") return train_on<models::mlp>(opt, data);
+  if (opt.model == "cnn") return train_on<fb::examples::fashion_cnn_model>(opt, data);
   return usage(("unknown model '" + opt.model + "' (mlp, cnn)").c_str());
 }
