@@ -7,10 +7,43 @@
 # targets train_fashion_mnist, bench_train and torch_train_fashion_mnist.
 # T2_EPOCHS=N (default 0: skipped) adds T2 (the CNN, AdamW lr 3e-3 with per-epoch cosine annealing,
 # docs/benchmarks.md's recipe) for N epochs each, fusebox then libtorch, at the end of each round.
+#
+# DEVICE=cuda: the GPU variant instead (the GPU machine has no libtorch C++): each round runs T1 on
+# the GPU, `train_fashion_mnist --device cuda` (its "median_epoch_s" and "samples_per_s" lines), then,
+# if python3 imports a torch that sees a GPU, bench/peers/torch_train_fashion_mnist.py eager and
+# torch.compile (fused AdamW, the same recipe); T2_EPOCHS=N adds T2 the same way (fusebox trains T2 on
+# the CPU, saying so, while conv2d has no CUDA kernel). BUILD_DIR needs only train_fashion_mnist.
+# DATA=DIR is the Fashion-MNIST directory; by default .deps/usr/share/datasets/fashion-mnist (where
+# ../shared/device/stage-deps.sh --data puts it) when that exists, else Debian's.
 set -e
 B=${1:?usage: bench/train.sh BUILD_DIR [ROUNDS]}
 ROUNDS=${2:-3}
 T2_EPOCHS=${T2_EPOCHS:-0}
+if [ "${DEVICE:-cpu}" = cuda ]; then
+  here=$(cd "$(dirname "$0")/.." && pwd)
+  staged=$here/.deps/usr/share/datasets/fashion-mnist
+  [ -d "$staged" ] && DATA=${DATA:-$staged/} || DATA=${DATA:-/usr/share/datasets/fashion-mnist/}
+  peer="$here/bench/peers/torch_train_fashion_mnist.py"
+  torch_ok=0
+  python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null && torch_ok=1
+  [ $torch_ok = 1 ] || echo "# no PyTorch with a GPU in python3: the torch peer is skipped"
+  round=1
+  while [ "$round" -le "$ROUNDS" ]; do
+    echo "# round $round $(date -u +%FT%T) (GPU) data $DATA"
+    "$B/examples/train_fashion_mnist" --device cuda --epochs 10 --data "$DATA"
+    if [ $torch_ok = 1 ]; then
+      python3 "$peer" --data "$DATA" --epochs 10 --mode eager
+      python3 "$peer" --data "$DATA" --epochs 10 --mode compile
+    fi
+    if [ "$T2_EPOCHS" -gt 0 ]; then
+      "$B/examples/train_fashion_mnist" --device cuda --model cnn --epochs "$T2_EPOCHS" --lr 3e-3 --schedule cosine --data "$DATA"
+      [ $torch_ok = 0 ] || python3 "$peer" --data "$DATA" --model cnn --epochs "$T2_EPOCHS" --lr 3e-3 --schedule cosine
+    fi
+    round=$((round + 1))
+  done
+  echo "# end $(date -u +%FT%T)"
+  exit 0
+fi
 export GLIBC_TUNABLES="${FUSEBOX_BENCH_GLIBC_TUNABLES:-glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296:glibc.malloc.top_pad=268435456}"
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 round=1
