@@ -447,8 +447,10 @@ struct lt_case {
 };
 
 /// Runs `c.problem` on random data (algorithm `algorithm` of the heuristic list; none: the
-/// default path's plan) and checks C against the double reference of the values the device saw.
-void run_lt_case(const lt_case& c, std::optional<std::size_t> algorithm = 0, std::uint32_t seed = 1) {
+/// default path's plan; or `chosen` itself where given) and checks C against the double reference
+/// of the values the device saw.
+void run_lt_case(const lt_case& c, std::optional<std::size_t> algorithm = 0, std::uint32_t seed = 1,
+                 const cuda::lt_algorithm* chosen = nullptr) {
   const auto& p = c.problem;
   INFO(cuda::detail::describe(p) << ", algorithm " << (algorithm ? std::to_string(*algorithm) : "default"));
   const auto stride = [](std::int64_t s, std::size_t packed) {
@@ -464,7 +466,10 @@ void run_lt_case(const lt_case& c, std::optional<std::size_t> algorithm = 0, std
   cuda::device_buffer dc(c_elems * cuda::size_of(p.type));
   lt_stream s;
   cuda::fill_bytes_async(dc.get(), poison, dc.size(), s.get());
-  cuda::lt_matmul(p, da.get(), db.get(), dc.get(), p.bias ? dbias.get() : 0, s.get(), algorithm);
+  if (chosen)
+    cuda::lt_matmul(p, da.get(), db.get(), dc.get(), p.bias ? dbias.get() : 0, s.get(), *chosen);
+  else
+    cuda::lt_matmul(p, da.get(), db.get(), dc.get(), p.bias ? dbias.get() : 0, s.get(), algorithm);
   s.sync();
   const auto got = download(p.type, dc, c_elems);
 
@@ -546,6 +551,20 @@ TEST_CASE("every candidate cuBLASLt algorithm gives the right answer", "[cuda]")
     run_lt_case(c, i, 100 + static_cast<std::uint32_t>(i));
   }
   CHECK_THROWS_WITH(run_lt_case(c, 1000), Catch::Matchers::Contains("algorithm index 1000"));
+}
+
+TEST_CASE("the split-K forms max_autotune adds are offered where few tiles cover C, and are right", "[cuda][autotune]") {
+  FUSEBOX_REQUIRE_CUDA();
+  // W5's shape in small: few rows, a long K. Each form sums K's parts in float32 in the workspace.
+  const lt_case c{{.m = 64, .n = 256, .k = 2048}, 1e-5};
+  const auto plain = cuda::lt_algorithms(c.problem, 8);
+  const auto all = cuda::lt_algorithms(c.problem, 8, true);
+  REQUIRE(all.size() > plain.size());  // cuBLASLt accepts at least one split of its first choices
+  for (std::size_t i = plain.size(); i < all.size(); ++i) {
+    INFO("split-K form " << i - plain.size());
+    CHECK(all[i].workspace_bytes <= cuda::lt_workspace_bytes);
+    run_lt_case(c, std::nullopt, 300 + static_cast<std::uint32_t>(i), &all[i]);
+  }
 }
 
 TEST_CASE("the default path runs a seeded algorithm (a choice stored by an earlier process) without the heuristic",

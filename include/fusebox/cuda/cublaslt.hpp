@@ -123,6 +123,10 @@ inline constexpr std::uint32_t CUBLASLT_EPILOGUE_DEFAULT = 1;
 inline constexpr std::uint32_t CUBLASLT_EPILOGUE_RELU = 2;
 inline constexpr std::uint32_t CUBLASLT_EPILOGUE_BIAS = 4;
 inline constexpr std::uint32_t CUBLASLT_EPILOGUE_GELU = 32;  // the tanh approximation, see above
+// cublasLtMatmulAlgoConfigAttributes_t and cublasLtReductionScheme_t
+inline constexpr int CUBLASLT_ALGO_CONFIG_SPLITK_NUM = 2;         // int32_t
+inline constexpr int CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME = 3;   // uint32_t
+inline constexpr std::uint32_t CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE = 2;
 
 /// The cuBLASLt functions fusebox calls; each comment names the symbol bound.
 struct cublaslt_api {
@@ -149,6 +153,12 @@ struct cublaslt_api {
       cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
       cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d, cublasLtMatmulPreference_t,
       int requested, cublasLtMatmulHeuristicResult_t* results, int* returned);  // cublasLtMatmulAlgoGetHeuristic
+  cublasStatus_t (*matmul_algo_check)(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t a,
+                                      cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                      const cublasLtMatmulAlgo_t*,
+                                      cublasLtMatmulHeuristicResult_t*);  // cublasLtMatmulAlgoCheck
+  cublasStatus_t (*matmul_algo_config_set_attribute)(cublasLtMatmulAlgo_t*, int attribute, const void* value,
+                                                     std::size_t bytes);  // cublasLtMatmulAlgoConfigSetAttribute
   cublasStatus_t (*matmul)(cublasLtHandle_t, cublasLtMatmulDesc_t, const void* alpha,
                            const void* a, cublasLtMatrixLayout_t, const void* b,
                            cublasLtMatrixLayout_t, const void* beta, const void* c,
@@ -199,6 +209,8 @@ inline void load_cublaslt(cublaslt_state& state) {
   bind(api.matmul_preference_set_attribute, "cublasLtMatmulPreferenceSetAttribute");
   bind(api.matmul_preference_destroy, "cublasLtMatmulPreferenceDestroy");
   bind(api.matmul_algo_get_heuristic, "cublasLtMatmulAlgoGetHeuristic");
+  bind(api.matmul_algo_check, "cublasLtMatmulAlgoCheck");
+  bind(api.matmul_algo_config_set_attribute, "cublasLtMatmulAlgoConfigSetAttribute");
   bind(api.matmul, "cublasLtMatmul");
   // Only for messages: a library without them still works.
   try {
@@ -448,6 +460,27 @@ struct lt_descriptors {
                          15 /* CUBLAS_STATUS_NOT_SUPPORTED */);
     return out;
   }
+
+  /// Split-K forms of `base` (K cut into `splits` parts computed side by side, then summed in
+  /// the workspace in float32, a fixed order), those cuBLASLt accepts for this problem with the
+  /// workspace fusebox gives it. The heuristic seldom proposes them for float32 on Hopper, yet a
+  /// product with few output tiles (M = 256 rows: 64 tiles of 128 x 128 for 132 SMs) leaves
+  /// most of the GPU idle without them.
+  std::vector<lt_algorithm> split_k(cublasLtHandle_t handle, const lt_algorithm& base) const {
+    std::vector<lt_algorithm> out;
+    for (std::int32_t splits : {2, 3, 4, 8}) {
+      cublasLtMatmulAlgo_t algo = base.algo;
+      const std::uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+      if (api.matmul_algo_config_set_attribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof splits) != 0 ||
+          api.matmul_algo_config_set_attribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof scheme) != 0)
+        continue;
+      cublasLtMatmulHeuristicResult_t r{};
+      if (api.matmul_algo_check(handle, operation, a, b, d, d, &algo, &r) != 0) continue;
+      if (r.workspaceSize > lt_workspace_bytes) continue;
+      out.push_back({algo, r.workspaceSize, r.wavesCount});
+    }
+    return out;
+  }
 };
 
 /// A problem's descriptors and heuristic choice, kept for the next call of the same problem:
@@ -504,8 +537,9 @@ inline void* as_pointer(CUdeviceptr address) {
 
 }  // namespace detail
 
-/// Up to `count` algorithms for `problem`, best first by cuBLASLt's heuristic.
-inline std::vector<lt_algorithm> lt_algorithms(const lt_problem& problem, int count = 8) {
+/// Up to `count` algorithms for `problem`, best first by cuBLASLt's heuristic; with `split_k`,
+/// followed by the split-K forms of the first two that cuBLASLt accepts (max_autotune times them).
+inline std::vector<lt_algorithm> lt_algorithms(const lt_problem& problem, int count = 8, bool split_k = false) {
   detail::validate(problem);
   if (count < 1) throw invalid_argument("fusebox: lt_algorithms: count must be positive");
   const auto& api = cublaslt();
@@ -515,7 +549,13 @@ inline std::vector<lt_algorithm> lt_algorithms(const lt_problem& problem, int co
   // the alignment the problem promises.
   const void* bias = detail::as_pointer(problem.alignment);
   detail::lt_descriptors descriptors(api, problem, bias);
-  return descriptors.heuristic(detail::lt_handle(state), count, problem);
+  std::vector<lt_algorithm> list = descriptors.heuristic(detail::lt_handle(state), count, problem);
+  if (split_k) {
+    const std::size_t base = std::min<std::size_t>(list.size(), 2);
+    for (std::size_t i = 0; i < base; ++i)
+      for (const lt_algorithm& v : descriptors.split_k(detail::lt_handle(state), list[i])) list.push_back(v);
+  }
+  return list;
 }
 
 /// The algorithm the default path runs for `problem` (the heuristic's first choice), if it has

@@ -2,9 +2,11 @@
 // persists default mode's cuBLASLt choices the same way (a warm process asks no heuristic).
 //
 // lt_tuner, for the products: per GEMM problem, cuBLASLt's
-// heuristic offers up to `candidates` algorithms (best first by its own model); each is timed on
-// the call's own buffers (2 warm-up runs, then 5 between CUDA events, mean) and the fastest is
-// kept. The heuristic's first choice is what default mode runs, so tuning can only win or tie.
+// heuristic offers up to `candidates` algorithms (best first by its own model), followed by the
+// split-K forms of its first two (2, 3, 4 or 8 parts, summed in float32 in the workspace) that
+// cuBLASLt accepts; each is timed on the call's own buffers (2 warm-up runs, then 5 between CUDA
+// events, mean) and the fastest is kept. The heuristic's first choice is what default mode runs,
+// so tuning can only win or tie (a split-K winner sums K in another order: last-bit differences).
 //
 // Winners persist in the kernel cache directory (a small blob per problem) as the index into the
 // heuristic's list, which is deterministic for one problem, GPU and cuBLASLt version, all in the
@@ -78,7 +80,7 @@ class lt_tuner {
     const std::string problem = cuda::detail::lt_plan_key(p);
     std::lock_guard lock(mutex_);
     if (auto it = winners_.find(problem); it != winners_.end()) return it->second;
-    const std::vector<cuda::lt_algorithm> list = cuda::lt_algorithms(p, candidates);
+    const std::vector<cuda::lt_algorithm> list = cuda::lt_algorithms(p, candidates, /*split_k=*/true);
     if (list.empty()) throw invalid_argument("fusebox: " + cuda::detail::describe(p) + ": cuBLASLt offers no algorithm");
     const cache_key key = key_for(problem);
     std::size_t best = 0;
@@ -125,7 +127,7 @@ class lt_tuner {
 
   static cache_key key_for(const std::string& problem) {
     cache_key key = device_choice_key("cuBLASLt algorithm choice", true);
-    key.add("candidates", candidates).add("problem", problem);
+    key.add("candidates", candidates).add("split_k", 1).add("problem", problem);
     return key;
   }
 
