@@ -27,6 +27,14 @@ struct options {
   /// reduce_overhead: CUDA graphs kept per compiled function (one per call signature: extents,
   /// addresses), least recently used dropped first. See compiled::cudagraph_sizes.
   unsigned cudagraph_cap = 16;
+  /// compile(grad(...)) / compile(value_and_grad(...)) only, as torch._functorch.config's: the
+  /// forward values the backward may keep in memory, as a fraction of what it keeps by default.
+  /// 1 (default): keep every value the backward reads; 0: compute again every elementwise and
+  /// reduction value it can (matmul, attention and convolution results are always kept); in
+  /// between, the cheapest to recompute per byte go first (plan/recompute.hpp). Part of the
+  /// compiled program's type, so give it as a template argument:
+  /// compile<options{.activation_memory_budget = 0.5f}>(vg).
+  float activation_memory_budget = 1.0f;
 };
 
 namespace detail {

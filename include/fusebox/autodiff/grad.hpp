@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <source_location>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -40,6 +41,7 @@
 #include "fusebox/autodiff/backward.hpp"
 #include "fusebox/autodiff/eager.hpp"
 #include "fusebox/autodiff/lift.hpp"
+#include "fusebox/autodiff/remat.hpp"
 #include "fusebox/compile.hpp"
 #include "fusebox/cpu/report.hpp"
 
@@ -205,6 +207,9 @@ struct plan_of<F, wrt_t<W...>, Args...> {
   using roots = meta::type_list<root, typename tape_t::template gradient<leaf<W>>...>;
   using program = cpu::program<T, root, typename tape_t::template gradient<leaf<W>>...>;
   using forward_program = cpu::program<T, root>;
+  /// The joint program under an activation memory budget (autodiff/remat.hpp); budget 1 is `program`.
+  template <float Budget>
+  using budgeted_t = budgeted<T, Budget, root, typename tape_t::template gradient<leaf<W>>...>;
   using outputs = std::tuple<tensor<T, shape_of_t<root>>, tensor<T, shape_of_t<typename tape_t::template gradient<leaf<W>>>>...>;
 
   static outputs eager(const fusebox::detail::bound_inputs<T, inputs>& in) {
@@ -315,9 +320,13 @@ class grad_fn {
   mutable F f_;
 };
 
-/// compile(grad(...)) / compile(value_and_grad(...)): forward and backward as one planned program.
-template <class F, class Wrt, bool WithValue>
+/// compile(grad(...)) / compile(value_and_grad(...)): forward and backward as one planned program,
+/// under activation memory budget Budget (options::activation_memory_budget; autodiff/remat.hpp).
+template <class F, class Wrt, bool WithValue, float Budget = 1.0f>
 class compiled_grad {
+  template <class... Args>
+  using program_for = typename detail::plan_of<F, Wrt, detail::host_type_t<Args>...>::template budgeted_t<Budget>;
+
  public:
   compiled_grad(grad_fn<F, Wrt, WithValue> g, options opts) : g_(std::move(g)), opts_(opts) {
     rt_->pool = &cpu::shared_pool(opts_.threads ? opts_.threads : default_threads());
@@ -339,7 +348,7 @@ class compiled_grad {
   /// Bytes of the intermediate arena (forward values the backward reads included): a constant.
   template <class... Args>
   static constexpr std::size_t arena_bytes() {
-    return detail::plan_of<F, Wrt, detail::host_type_t<Args>...>::program::arena_bytes;
+    return program_for<Args...>::program::arena_bytes;
   }
   template <class... Args>
   static graph_stats stats(const Args&... args) {
@@ -347,14 +356,25 @@ class compiled_grad {
   }
   template <class... Args>
   std::string describe(const Args&...) const {
-    return cpu::describe<typename detail::plan_of<F, Wrt, detail::host_type_t<Args>...>::program>(threads());
+    return cpu::describe<typename program_for<Args...>::program>(threads());
+  }
+  /// Where one call's memory goes: saved activations at this budget and at budget 1, arenas,
+  /// workspace, outputs, the peak, and the values recomputed in the backward.
+  template <class... Args>
+  memory_report memory(const Args&...) const {
+    return program_for<Args...>::report(threads());
+  }
+  /// memory(args...) as text, like torch.cuda.memory_summary().
+  template <class... Args>
+  std::string memory_summary(const Args&... args) const {
+    return memory(args...).table();
   }
 
  private:
   template <class... Args>
   auto call_host(const Args&... args) {
     using P = detail::plan_of<F, Wrt, Args...>;
-    using Prog = typename P::program;
+    using Prog = typename program_for<Args...>::program;
     const auto loss = detail::capture(g_.function(), args...);
     const detail::bound_call<P> b(loss, args...);
     typename Prog::frame_t f;
@@ -376,7 +396,7 @@ class compiled_grad {
                   "fusebox::grad: a call mixes host tensors and device tensors (cuda::tensor); move every tensor "
                   "argument to the device, or none");
     using P = detail::plan_of<F, Wrt, detail::host_type_t<Args>...>;
-    using Prog = typename P::program;
+    using Prog = typename program_for<Args...>::program;
     using T = typename P::T;
     using D = jit::dynamic_function<Prog, jit::cuda_target>;
     const auto loss = detail::capture(g_.function(), args...);
@@ -473,13 +493,21 @@ auto value_and_grad(F f) {
 }
 
 /// Compiles a gradient function: one program for the loss and its gradients.
+/// An activation memory budget below 1 must be given in the template form (it decides the program).
 template <class F, class Wrt, bool WithValue>
-auto compile(autodiff::grad_fn<F, Wrt, WithValue> g, options opts = {}) {
+auto compile(autodiff::grad_fn<F, Wrt, WithValue> g, options opts = {},
+             std::source_location loc = std::source_location::current()) {
+  if (opts.activation_memory_budget != 1.0f) autodiff::check_memory_budget(opts.activation_memory_budget, loc);
   return autodiff::compiled_grad<F, Wrt, WithValue>(std::move(g), opts);
 }
 template <options Static, class F, class Wrt, bool WithValue>
 auto compile(autodiff::grad_fn<F, Wrt, WithValue> g) {
-  return autodiff::compiled_grad<F, Wrt, WithValue>(std::move(g), Static);
+  static_assert(autodiff::valid_memory_budget(Static.activation_memory_budget),
+                "fusebox::compile<options{.activation_memory_budget = b}>(grad(...)): b must be a number in [0, 1] "
+                "(1: keep every value the backward reads, 0: recompute every elementwise and reduction value)");
+  return autodiff::compiled_grad<F, Wrt, WithValue, (autodiff::valid_memory_budget(Static.activation_memory_budget)
+                                                          ? Static.activation_memory_budget
+                                                          : 1.0f)>(std::move(g), Static);
 }
 
 }  // namespace fusebox

@@ -57,6 +57,8 @@ struct node_desc {
                                 ///< gather variant 1 (embedding_backward): the weight's rows V
   int variant = 0;              ///< attention: 0 the forward; its gradient kernels: 1 dq, 2 dk|dv, 3 dq|dk|dv (expr/grad_nodes.hpp);
                                 ///< gather: 0 embedding, 1 its scatter-add gradient (expr/gather.hpp)
+  bool recompute = false;       ///< a forward value the backward computes again (activation memory budget,
+                                ///< autodiff/remat.hpp): the planner fuses it into its consumers, never its producers
 };
 
 /// An op's CUDA spelling (its `device` member), or "" for an op without one (the CUDA code

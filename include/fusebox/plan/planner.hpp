@@ -16,6 +16,8 @@
 //                   pointwise → reduce(other axis) producer fusion only
 //                 A group with a last-axis reduce is a row group: each row is reduced in passes
 //                 while it stays in cache.
+//                 A node marked `recompute` (a forward value the backward computes again, under
+//                 an activation memory budget: plan/recompute.hpp) never merges with a producer.
 //   2. epilogue   a pure pointwise group with one output, over exactly the shape of a matmul (or a
 //                 spatial node: conv2d, pooling) whose only consumers are in that group, becomes
 //                 its epilogue.
@@ -142,6 +144,9 @@ struct grouping {
     const ir::node& nc = nodes[c];
     const int gp = find(p), gc = find(c);
     if (gp == gc) return;
+    // A value recomputed for the backward joins its consumers' kernel, not its producers' (which
+    // run in the forward: computed there, it would be stored for the backward again).
+    if (nc.desc.recompute && !np.desc.recompute) return;
     // Edge rules.
     if (np.desc.kind == node_kind::reduce) {
       if (nc.desc.kind != node_kind::pointwise || !is_last_axis_reduce(np) || !np.desc.keepdim) return;
