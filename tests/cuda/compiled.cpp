@@ -868,6 +868,295 @@ TEST_CASE("CUDA: compile(value_and_grad) runs forward and backward on the device
   CHECK_THROWS_WITH(bad(dx, wio), Catch::Contains("captures a tensor"));
 }
 
+// ---- conv2d, pooling, embedding and pad on the device (jit/cuda_spatial.hpp) ----
+
+/// A host tensor's elements as doubles, row-major.
+template <class H>
+std::vector<double> doubles(const H& h) {
+  std::vector<double> v(h.size());
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = h.flat(i);
+  return v;
+}
+
+/// conv2d (stride s, padding p) of x [N,C,H,W] with w [O,C,KH,KW] plus b, in double, and the
+/// gradients of sum(y * r) w.r.t. x, w and b.
+struct conv_reference {
+  std::vector<double> y, dx, dw, db;
+  conv_reference(const std::vector<double>& x, const std::vector<double>& w, const std::vector<double>& b,
+                 const std::vector<double>& r, std::size_t N, std::size_t C, std::size_t H, std::size_t W, std::size_t O,
+                 std::size_t KH, std::size_t KW, int s, int p) {
+    const std::size_t OH = (H + 2 * p - KH) / s + 1, OW = (W + 2 * p - KW) / s + 1;
+    y.assign(N * O * OH * OW, 0.0), dx.assign(x.size(), 0.0), dw.assign(w.size(), 0.0), db.assign(O, 0.0);
+    for (std::size_t n = 0; n < N; ++n)
+      for (std::size_t o = 0; o < O; ++o)
+        for (std::size_t i = 0; i < OH; ++i)
+          for (std::size_t j = 0; j < OW; ++j) {
+            const std::size_t at = ((n * O + o) * OH + i) * OW + j;
+            double acc = b[o];
+            db[o] += r[at];
+            for (std::size_t c = 0; c < C; ++c)
+              for (std::size_t u = 0; u < KH; ++u)
+                for (std::size_t v = 0; v < KW; ++v) {
+                  const long ih = static_cast<long>(i) * s - p + static_cast<long>(u);
+                  const long iw = static_cast<long>(j) * s - p + static_cast<long>(v);
+                  if (ih < 0 || iw < 0 || ih >= static_cast<long>(H) || iw >= static_cast<long>(W)) continue;
+                  const std::size_t xi = ((n * C + c) * H + static_cast<std::size_t>(ih)) * W + static_cast<std::size_t>(iw);
+                  const std::size_t wi = ((o * C + c) * KH + u) * KW + v;
+                  acc += x[xi] * w[wi];
+                  dx[xi] += r[at] * w[wi];
+                  dw[wi] += r[at] * x[xi];
+                }
+            y[at] = acc;
+          }
+  }
+};
+
+/// Max or average pooling (window k, stride s, padding p) in double: y, and the gradient of
+/// sum(y * r) w.r.t. x (max: to the first maximum of each window in row-major order).
+struct pool_reference {
+  std::vector<double> y, dx;
+  pool_reference(const std::vector<double>& x, const std::vector<double>& r, std::size_t planes, std::size_t H,
+                 std::size_t W, int k, int s, int p, bool is_max) {
+    const std::size_t OH = (H + 2 * p - k) / s + 1, OW = (W + 2 * p - k) / s + 1;
+    y.assign(planes * OH * OW, 0.0), dx.assign(x.size(), 0.0);
+    for (std::size_t q = 0; q < planes; ++q)
+      for (std::size_t i = 0; i < OH; ++i)
+        for (std::size_t j = 0; j < OW; ++j) {
+          const std::size_t at = (q * OH + i) * OW + j;
+          double m = -INFINITY, sum = 0;
+          std::size_t arg = 0;
+          bool first = true;
+          for (long u = 0; u < k; ++u)
+            for (long v = 0; v < k; ++v) {
+              const long ih = static_cast<long>(i) * s - p + u, iw = static_cast<long>(j) * s - p + v;
+              if (ih < 0 || iw < 0 || ih >= static_cast<long>(H) || iw >= static_cast<long>(W)) continue;
+              const std::size_t xi = (q * H + static_cast<std::size_t>(ih)) * W + static_cast<std::size_t>(iw);
+              sum += x[xi];
+              if (first || x[xi] > m) m = x[xi], arg = xi, first = false;
+            }
+          if (is_max) {
+            y[at] = m;
+            dx[arg] += r[at];
+          } else {
+            y[at] = sum / (k * k);
+            for (long u = 0; u < k; ++u)
+              for (long v = 0; v < k; ++v) {
+                const long ih = static_cast<long>(i) * s - p + u, iw = static_cast<long>(j) * s - p + v;
+                if (ih < 0 || iw < 0 || ih >= static_cast<long>(H) || iw >= static_cast<long>(W)) continue;
+                dx[(q * H + static_cast<std::size_t>(ih)) * W + static_cast<std::size_t>(iw)] += r[at] / (k * k);
+              }
+          }
+        }
+  }
+};
+
+/// Absolute error of y against r scaled by the reference's largest magnitude (and 1).
+template <class H>
+double scaled_worst(const H& y, const std::vector<double>& r) {
+  REQUIRE(y.size() == r.size());
+  double big = 1, e = 0;
+  for (double v : r) big = std::max(big, std::fabs(v));
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    const double d = std::fabs(y.flat(i) - r[i]) / big;
+    if (!(d <= e)) e = d;
+  }
+  return e;
+}
+
+template <class H1, class H2>
+bool bitwise_equal(const H1& a, const H2& b) {
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a.flat(i), &b.flat(i), sizeof a.flat(i)) != 0) return false;
+  return a.size() == b.size();
+}
+
+template <std::size_t N, std::size_t C, std::size_t H, std::size_t W, std::size_t O, std::size_t K, int S, int P>
+void check_conv_on_device(std::uint64_t seed) {
+  fb::tensor<float, fb::shape<N, C, H, W>> x;
+  fb::tensor<float, fb::shape<O, C, K, K>> w;
+  fb::tensor<float, fb::shape<O>> b;
+  constexpr std::size_t OH = (H + 2 * P - K) / S + 1, OW = (W + 2 * P - K) / S + 1;
+  fb::tensor<float, fb::shape<N, O, OH, OW>> r;
+  x.fill_random(seed), w.fill_random(seed + 1, -0.5f, 0.5f), b.fill_random(seed + 2), r.fill_random(seed + 3);
+  const conv_reference ref(doubles(x), doubles(w), doubles(b), doubles(r), N, C, H, W, O, K, K, S, P);
+  using fb::cuda::tensor;
+  const tensor<float, fb::shape<N, C, H, W>> dx(x);
+  const tensor<float, fb::shape<O, C, K, K>> dw(w);
+  const tensor<float, fb::shape<O>> db(b);
+  const tensor<float, fb::shape<N, O, OH, OW>> dr(r);
+  INFO("conv2d<" << S << ", " << P << "> of [" << N << ", " << C << ", " << H << ", " << W << "] with [" << O << ", " << C
+                 << ", " << K << ", " << K << "]");
+  // Forward with the bias and relu epilogue (the generated kernel after the conv, in place).
+  auto fwd = [](const auto& u, const auto& v, const auto& c) { return fb::relu(fb::conv2d<S, P>(u, v, c)); };
+  const auto y = fb::compile(fwd)(dx, dw, db).to_host();
+  std::vector<double> want = ref.y;
+  for (double& v : want) v = std::max(v, 0.0);
+  CHECK(scaled_worst(y, want) < 1e-5);
+  // Gradients of sum(conv(x, w, b) * r): the input gradient, the weight gradient (split over the
+  // batch when its K is long), the bias's sum.
+  auto loss = [](const auto& u, const auto& v, const auto& c, const auto& q) {
+    return fb::sum(fb::sum(fb::sum(fb::sum(fb::conv2d<S, P>(u, v, c) * q))));
+  };
+  auto step = fb::compile(fb::grad(loss, fb::wrt<0, 1, 2>));
+  const auto [gx, gw, gb] = step(dx, dw, db, dr);
+  const auto hx = gx.to_host(), hw = gw.to_host(), hb = gb.to_host();
+  CHECK(scaled_worst(hx, ref.dx) < 1e-5);
+  CHECK(scaled_worst(hw, ref.dw) < 1e-5);
+  CHECK(scaled_worst(hb, ref.db) < 1e-5);
+  // The same bits on a second call (no atomics anywhere).
+  const auto [gx2, gw2, gb2] = step(dx, dw, db, dr);
+  CHECK(bitwise_equal(gx2.to_host(), hx));
+  CHECK(bitwise_equal(gw2.to_host(), hw));
+}
+
+TEST_CASE("CUDA: conv2d and its input and weight gradients on the device against a double reference (stride 2, "
+          "padding 1, odd sizes; a long batch splits the weight gradient)",
+          "[cuda][spatial]") {
+  FUSEBOX_REQUIRE_GPU();
+  check_conv_on_device<3, 5, 11, 9, 7, 3, 2, 1>(901);    // odd sizes, stride 2, padding 1
+  check_conv_on_device<2, 3, 7, 8, 70, 5, 1, 2>(911);    // more out channels than a tile, 5x5 kernel
+  check_conv_on_device<8, 3, 20, 20, 4, 3, 1, 1>(921);   // K = 3200 for the weight gradient: split in 3
+}
+
+template <int K, int S, int P, std::size_t H, std::size_t W>
+void check_pool_on_device(std::uint64_t seed) {
+  constexpr std::size_t N = 2, C = 3, OH = (H + 2 * P - K) / S + 1, OW = (W + 2 * P - K) / S + 1;
+  fb::tensor<float, fb::shape<N, C, H, W>> x;
+  fb::tensor<float, fb::shape<N, C, OH, OW>> r;
+  x.fill_random(seed), r.fill_random(seed + 1);
+  for (std::size_t i = 0; i < x.size(); ++i) x.flat(i) = std::round(x.flat(i) * 3.0f) / 3.0f;  // 7 values: many ties
+  using fb::cuda::tensor;
+  const tensor<float, fb::shape<N, C, H, W>> dx(x);
+  const tensor<float, fb::shape<N, C, OH, OW>> dr(r);
+  for (bool is_max : {true, false}) {
+    INFO((is_max ? "max" : "avg") << "_pool2d<" << K << ", " << S << ", " << P << "> of [2, 3, " << H << ", " << W << "]");
+    const pool_reference ref(doubles(x), doubles(r), N * C, H, W, K, S, P, is_max);
+    if (is_max) {
+      const auto y = fb::compile([](const auto& u) { return fb::max_pool2d<K, S, P>(u); })(dx).to_host();
+      CHECK(scaled_worst(y, ref.y) == 0.0);  // a maximum is one of the inputs
+      auto loss = [](const auto& u, const auto& q) { return fb::sum(fb::sum(fb::sum(fb::sum(fb::max_pool2d<K, S, P>(u) * q)))); };
+      const auto g = fb::compile(fb::grad(loss, fb::wrt<0>))(dx, dr).to_host();
+      CHECK(scaled_worst(g, ref.dx) < 1e-6);  // a tie's gradient at another element is off by order 1
+    } else {
+      const auto y = fb::compile([](const auto& u) { return fb::avg_pool2d<K, S, P>(u); })(dx).to_host();
+      CHECK(scaled_worst(y, ref.y) < 1e-6);
+      auto loss = [](const auto& u, const auto& q) { return fb::sum(fb::sum(fb::sum(fb::sum(fb::avg_pool2d<K, S, P>(u) * q)))); };
+      const auto g = fb::compile(fb::grad(loss, fb::wrt<0>))(dx, dr).to_host();
+      CHECK(scaled_worst(g, ref.dx) < 1e-6);
+    }
+  }
+}
+
+TEST_CASE("CUDA: max and average pooling and their gradients on the device, ties to the first maximum", "[cuda][spatial]") {
+  FUSEBOX_REQUIRE_GPU();
+  check_pool_on_device<2, 2, 0, 8, 6>(931);   // T2's pooling
+  check_pool_on_device<3, 2, 1, 9, 7>(941);   // overlapping windows with padding, odd sizes
+  check_pool_on_device<3, 1, 1, 5, 6>(951);   // stride 1: every pixel in up to 9 windows
+}
+
+TEST_CASE("CUDA: embedding and its scatter-add gradient on the device: repeated ids, same bits every call and as "
+          "the host; a bad id is an error after the call",
+          "[cuda][gather]") {
+  FUSEBOX_REQUIRE_GPU();
+  auto run = [&]<std::size_t V, std::size_t D, std::size_t B, std::size_t T>(std::integral_constant<std::size_t, V>,
+                                                                           std::integral_constant<std::size_t, D>,
+                                                                           std::integral_constant<std::size_t, B>,
+                                                                           std::integral_constant<std::size_t, T>,
+                                                                           std::uint64_t seed, std::size_t distinct) {
+    INFO("V " << V << ", D " << D << ", ids [" << B << ", " << T << "], " << distinct << " distinct ids");
+    fb::tensor<float, fb::shape<V, D>> w;
+    fb::tensor<float, fb::shape<B, T>> ids;
+    fb::tensor<float, fb::shape<B, T, D>> r;
+    w.fill_random(seed), r.fill_random(seed + 1);
+    for (std::size_t i = 0; i < ids.size(); ++i) ids.flat(i) = static_cast<float>((i * 7 + i / 3) % distinct);
+    std::vector<double> y(B * T * D), dw(V * D, 0.0);
+    for (std::size_t i = 0; i < B * T; ++i)
+      for (std::size_t e = 0; e < D; ++e) {
+        const std::size_t v = static_cast<std::size_t>(ids.flat(i));
+        y[i * D + e] = w(v, e);
+        dw[v * D + e] += r.flat(i * D + e);
+      }
+    using fb::cuda::tensor;
+    const tensor<float, fb::shape<V, D>> dwt(w);
+    const tensor<float, fb::shape<B, T>> dids(ids);
+    const tensor<float, fb::shape<B, T, D>> dr(r);
+    auto fwd = [](const auto& a, const auto& i) { return fb::embedding(a, i); };
+    CHECK(scaled_worst(fb::compile(fwd)(dwt, dids).to_host(), y) == 0.0);  // a copy
+    auto loss = [](const auto& a, const auto& i, const auto& q) { return fb::sum(fb::sum(fb::sum(fb::embedding(a, i) * q))); };
+    auto step = fb::compile(fb::grad(loss, fb::wrt<0>));
+    const auto g = step(dwt, dids, dr).to_host();
+    CHECK(scaled_worst(g, dw) < 1e-6);
+    CHECK(bitwise_equal(step(dwt, dids, dr).to_host(), g));  // no atomics in the sums
+    // The host kernel adds each row's gradients in increasing position too: the same bits.
+    CHECK(bitwise_equal(fb::compile(fb::grad(loss, fb::wrt<0>))(w, ids, r), g));
+    // An id out of range: a zero row, and an error naming it once the call is done.
+    fb::tensor<float, fb::shape<B, T>> bad = ids;
+    bad.flat(5) = static_cast<float>(V);
+    const tensor<float, fb::shape<B, T>> dbad(bad);
+    CHECK_THROWS_WITH(fb::compile(fwd)(dwt, dbad), Catch::Contains("out of range") && Catch::Contains("element 5"));
+    bad.flat(5) = 1.5f;
+    const tensor<float, fb::shape<B, T>> dbad2(bad);
+    CHECK_THROWS_WITH(step(dwt, dbad2, dr), Catch::Contains("1.5"));
+  };
+  using std::integral_constant;
+  run(integral_constant<std::size_t, 50>{}, integral_constant<std::size_t, 33>{}, integral_constant<std::size_t, 4>{},
+      integral_constant<std::size_t, 37>{}, 961, 10);  // 148 ids over 10 rows; 40 rows never named
+  run(integral_constant<std::size_t, 7>{}, integral_constant<std::size_t, 1100>{}, integral_constant<std::size_t, 3>{},
+      integral_constant<std::size_t, 300>{}, 971, 5);  // rows wider than 1024, ids past one 256-step
+}
+
+TEST_CASE("CUDA: pad (a slice's gradient) on the device", "[cuda][pad]") {
+  FUSEBOX_REQUIRE_GPU();
+  fb::tensor<float, fb::shape<5, 12, 7>> x;
+  fb::tensor<float, fb::shape<5, 4, 7>> r;
+  x.fill_random(981), r.fill_random(982);
+  auto loss = [](const auto& u, const auto& q) { return fb::sum(fb::sum(fb::sum(fb::slice<1, 3, 7>(u) * q))); };
+  const fb::cuda::tensor<float, fb::shape<5, 12, 7>> dx(x);
+  const fb::cuda::tensor<float, fb::shape<5, 4, 7>> dr(r);
+  const auto g = fb::compile(fb::grad(loss, fb::wrt<0>))(dx, dr).to_host();
+  std::vector<double> want(x.size(), 0.0);
+  for (std::size_t a = 0; a < 5; ++a)
+    for (std::size_t b = 3; b < 7; ++b)
+      for (std::size_t c = 0; c < 7; ++c) want[(a * 12 + b) * 7 + c] = r(a, b - 3, c);
+  CHECK(scaled_worst(g, want) == 0.0);
+}
+
+TEST_CASE("CUDA: compile(value_and_grad) of a small CNN on the device matches the host's", "[cuda][spatial][autodiff]") {
+  FUSEBOX_REQUIRE_GPU();
+  constexpr std::size_t N = 6;
+  auto loss = [](const auto& x, const auto& w1, const auto& b1, const auto& w2, const auto& b2, const auto& wl,
+                 const auto& t) {
+    const auto h = fb::max_pool2d<2>(fb::relu(fb::conv2d<1, 1>(x, w1, b1)));  // [N, 4, 6, 6]
+    const auto g = fb::avg_pool2d<2>(fb::relu(fb::conv2d<2, 1>(h, w2, b2)));  // [N, 5, 3, 3] -> [N, 5, 1, 1]
+    const auto e = fb::matmul(fb::reshape<fb::shape<N, 5>>(g), wl) - t;      // [N, 3]
+    return fb::mean(fb::mean(e * e));
+  };
+  fb::tensor<float, fb::shape<N, 2, 12, 12>> x;
+  fb::tensor<float, fb::shape<4, 2, 3, 3>> w1;
+  fb::tensor<float, fb::shape<4>> b1;
+  fb::tensor<float, fb::shape<5, 4, 3, 3>> w2;
+  fb::tensor<float, fb::shape<5>> b2;
+  fb::tensor<float, fb::shape<5, 3>> wl;
+  fb::tensor<float, fb::shape<N, 3>> t;
+  x.fill_random(991), w1.fill_random(992, -0.5f, 0.5f), b1.fill_random(993, 0.0f, 0.2f), w2.fill_random(994, -0.3f, 0.3f);
+  b2.fill_random(995, 0.0f, 0.2f), wl.fill_random(996), t.fill_random(997);
+  auto step = [&](const auto&... a) { return fb::compile(fb::value_and_grad(loss, fb::wrt<1, 2, 3, 4, 5>))(a...); };
+  const auto [hl, hg] = step(x, w1, b1, w2, b2, wl, t);
+  using fb::cuda::tensor;
+  const auto [dl, dg] = step(tensor<float, fb::shape<N, 2, 12, 12>>(x), tensor<float, fb::shape<4, 2, 3, 3>>(w1),
+                             tensor<float, fb::shape<4>>(b1), tensor<float, fb::shape<5, 4, 3, 3>>(w2),
+                             tensor<float, fb::shape<5>>(b2), tensor<float, fb::shape<5, 3>>(wl),
+                             tensor<float, fb::shape<N, 3>>(t));
+  CHECK(std::abs(dl.to_host().flat(0) - hl.flat(0)) < 1e-5 * (1 + std::abs(hl.flat(0))));
+  const auto& [h1, hb1, h2, hb2, hwl] = hg;
+  const auto& [g1, gb1, g2, gb2, gwl] = dg;
+  CHECK(scaled_worst(g1.to_host(), doubles(h1)) < 1e-4);
+  CHECK(scaled_worst(gb1.to_host(), doubles(hb1)) < 1e-4);
+  CHECK(scaled_worst(g2.to_host(), doubles(h2)) < 1e-4);
+  CHECK(scaled_worst(gb2.to_host(), doubles(hb2)) < 1e-4);
+  CHECK(scaled_worst(gwl.to_host(), doubles(hwl)) < 1e-4);
+}
+
 TEST_CASE("CUDA: a call without a GPU says the backend is unavailable", "[cuda]") {
   if (fb::cuda::available()) {
     WARN("a CUDA device is present: the unavailable path is not exercised here");
@@ -894,6 +1183,7 @@ TEST_CASE("CUDA code generation: every kernel of these models compiles with NVRT
   using M = fb::input_leaf<1, float, fb::shape<96, 96>>;
   using B = fb::input_leaf<2, float, fb::shape<96>>;
   std::vector<fb::jit::rendered_cuda_kernel> kernels;
+  int spatial_units = 0;
   auto add = [&]<class E>(E*, std::size_t rows) {
     using Prog = fb::cpu::program<float, E>;
     using D = fb::jit::dynamic_function<Prog, fb::jit::cuda_target>;
@@ -911,12 +1201,22 @@ TEST_CASE("CUDA code generation: every kernel of these models compiles with NVRT
     g.aligned.assign(3, true);
     typename D::program_t p;
     D::specialise_into(p, g);
-    for (int k = 0; k < p.plan.n_kernels; ++k)
-      if (D::generated(p.plan.kernels[k]))
+    for (int k = 0; k < p.plan.n_kernels; ++k) {
+      if (D::generated(p.plan.kernels[k]))  // a conv's epilogue too
         for (fb::dtype t : {fb::dtype::f32, fb::dtype::bf16, fb::dtype::f16})
           kernels.push_back(fb::jit::render_cuda_kernel(p.nodes, p.plan, k, t, p.unit_inner));
+      if (p.plan.kernels[k].kind == fb::plan::kernel_kind::spatial) {
+        kernels.push_back(fb::jit::render_cuda_spatial(p.nodes[p.plan.kernels[k].node], fb::dtype::f32));
+        ++spatial_units;
+      }
+    }
   };
+  using X4 = fb::input_leaf<0, float, fb::shape<fb::dyn, 3, 12, 12>>;
+  using W4 = fb::input_leaf<1, float, fb::shape<8, 3, 3, 3>>;
+  using B4 = fb::input_leaf<2, float, fb::shape<8>>;
+  auto conv = [](auto x, auto w, auto b) { return fb::max_pool2d<2>(fb::relu(fb::conv2d<2, 1>(x, w, b))); };
   for (std::size_t rows : {std::size_t{0}, std::size_t{5}}) {
+    add(static_cast<decltype(conv(X4{}, W4{}, B4{}))*>(nullptr), rows);
     add(static_cast<decltype(w1(X{}, V{}, B{}))*>(nullptr), rows);
     add(static_cast<decltype(w2(X{}, V{}, B{}))*>(nullptr), rows);
     add(static_cast<decltype(mlp(X{}, M{}, B{}))*>(nullptr), rows);
@@ -944,6 +1244,34 @@ TEST_CASE("CUDA code generation: every kernel of these models compiles with NVRT
     const fb::ir::node n = attention_node(a.e, a.ev, a.causal, &q, &v);
     kernels.push_back(fb::jit::render_cuda_attention(n, q, v, a.t));
     CHECK(kernels.back().tensor_cores == a.tensor_cores);
+  }
+  CHECK(spatial_units == 4);  // conv2d and max_pool2d, at two batches
+  // Every spatial op, embedding and its gradient (ids of rank 1 and 2), pad (one and two
+  // operands), in each storage type (jit/cuda_spatial.hpp).
+  for (fb::dtype t : {fb::dtype::f32, fb::dtype::bf16, fb::dtype::f16}) {
+    for (int op = 1; op <= 7; ++op) {
+      fb::ir::node n;
+      n.desc.kind = fb::node_kind::spatial;
+      n.desc.win.op = static_cast<fb::spatial_op>(op);
+      n.desc.shape = fb::dims{4, {2, 3, 5, 5}};
+      kernels.push_back(fb::jit::render_cuda_spatial(n, t));
+    }
+    for (int variant : {0, 1})
+      for (std::size_t rank : {std::size_t{1}, std::size_t{2}}) {
+        fb::ir::node n;
+        n.desc.kind = fb::node_kind::gather;
+        n.desc.variant = variant;
+        n.desc.shape = fb::dims{2, {50, 8}};
+        kernels.push_back(fb::jit::render_cuda_gather(n, rank, t));
+      }
+    for (int operands : {1, 2}) {
+      fb::ir::node n;
+      n.desc.kind = fb::node_kind::pad;
+      n.desc.axis = 1;
+      n.desc.shape = fb::dims{3, {2, 12, 7}};
+      n.n_inputs = operands;
+      kernels.push_back(fb::jit::render_cuda_pad(n, t));
+    }
   }
   REQUIRE(kernels.size() >= 28);
   for (const auto& k : kernels) CHECK(k.source.find("fusebox_kernel_v1(") != std::string::npos);

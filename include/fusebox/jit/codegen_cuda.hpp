@@ -12,7 +12,8 @@
 //                         partials combine as a fixed tree in shared memory (no atomics; S is a
 //                         literal of the source, so the result does not depend on the launch)
 //   matmul epilogue       the elementwise form over the matmul's output, read in place (the
-//                         product itself comes from cuBLASLt on the host side)
+//                         product itself comes from cuBLASLt on the host side); likewise the
+//                         epilogue of a spatial node (conv2d's bias and relu: jit/cuda_spatial.hpp)
 // Every kernel is a template on VEC with two entry points: `<name>` (VEC = 16 bytes of the
 // storage type) and `<name>_v1` (scalar). The host takes the vector entry when every unit-stride
 // operand is 16-byte aligned and its row strides are multiples of VEC, else the scalar one.
@@ -185,7 +186,8 @@ class cuda_codegen {
     switch (k_.kind) {
       case plan::kernel_kind::rows: body = k_.passes > 0 ? row_blocks() : elementwise(); break;
       case plan::kernel_kind::reduce_cols: body = reduce_cols(); break;
-      case plan::kernel_kind::matmul: body = elementwise(); break;
+      case plan::kernel_kind::matmul:
+      case plan::kernel_kind::spatial: body = elementwise(); break;  // epilogues, in place
       default: return {};
     }
     rendered_cuda_kernel r;
@@ -394,7 +396,8 @@ class cuda_codegen {
   /// per operand; other kinds: the same as the vector entry), the vector entry (16 bytes), `_v1`.
   std::string entry_points() const {
     const std::size_t vec = 16 / size_of(t_);
-    const bool wide = k_.kind == plan::kernel_kind::matmul || (k_.kind == plan::kernel_kind::rows && k_.passes == 0);
+    const bool wide = k_.kind == plan::kernel_kind::matmul || k_.kind == plan::kernel_kind::spatial ||
+                      (k_.kind == plan::kernel_kind::rows && k_.passes == 0);
     return "extern \"C\" __global__ void fusebox_kernel_w(const fb_args a) { fb_body<" + std::to_string(wide ? 2 * vec : vec) +
            ">(a); }\nextern \"C\" __global__ void fusebox_kernel(const fb_args a) { fb_body<" + std::to_string(vec) +
            ">(a); }\nextern \"C\" __global__ void fusebox_kernel_v1(const fb_args a) { fb_body<1>(a); }\n";
@@ -426,7 +429,10 @@ class cuda_codegen {
            "    }\n" + indent(outs_store_, "    ");
     if (!souts.empty()) s += "    if (j == 0) {\n" + souts + "    }\n";
     s += "  }\n}\n" + entry_points();
-    summary_ = std::string(k_.kind == plan::kernel_kind::matmul ? "matmul epilogue" : "elementwise") + " over " +
+    summary_ = std::string(k_.kind == plan::kernel_kind::matmul    ? "matmul epilogue"
+                           : k_.kind == plan::kernel_kind::spatial ? std::string(nodes_[k_.node].desc.name) + " epilogue"
+                                                                   : "elementwise") +
+               " over " +
                to_string(k_.space);
     return s;
   }

@@ -2,7 +2,10 @@
 // one), it holds one specialisation (IR with known or symbolic extents, and the plan the one
 // planner made for it) and runs a call on a stream: lays out the device arena for the call's
 // extents, binds every node's device memory, and runs the kernels in plan order: generated
-// kernels for rows, column reductions and matmul epilogues; cuBLASLt for products; device copies.
+// kernels for rows, column reductions and matmul epilogues; cuBLASLt for products; device copies;
+// hand-written units for attention (jit/cuda_attention.hpp), conv2d, pooling, embedding and pad
+// (jit/cuda_spatial.hpp), the latter with a device scratch after the arena's nodes (the weight
+// gradient's split partials, embedding_backward's row counts, one bad-id flag per gather kernel).
 //
 // Launch shapes: elementwise kernels take 256 threads a block and a grid of at most 32 blocks per
 // SM (grid-stride beyond); row kernels one block per row (grid-stride over rows) with enough
@@ -10,7 +13,8 @@
 // thread per output element (grid-stride). The vector entry (16-byte accesses) runs when every unit-stride operand is
 // 16-byte aligned with row strides in whole vectors and the row length is too; else the scalar one.
 // Elementwise kernels take the wide entry (two vectors a thread) where rows allow twice that.
-// Depends on: jit/{program,cuda_store,codegen_cuda,cuda_graphs,cuda_autotune}.hpp, cuda/{cublaslt,memory,module}.hpp.
+// Depends on: jit/{program,cuda_store,codegen_cuda,cuda_graphs,cuda_autotune,cuda_attention,cuda_spatial}.hpp,
+// cuda/{cublaslt,memory,module}.hpp.
 #pragma once
 
 #include <array>
@@ -23,6 +27,7 @@
 
 #include "fusebox/core/low_precision.hpp"
 #include "fusebox/cpu/addressing.hpp"
+#include "fusebox/cpu/gather.hpp"
 #include "fusebox/cuda/cublaslt.hpp"
 #include "fusebox/cuda/memory.hpp"
 #include "fusebox/cuda/module.hpp"
@@ -30,6 +35,7 @@
 #include "fusebox/jit/cuda_attention.hpp"
 #include "fusebox/jit/cuda_autotune.hpp"
 #include "fusebox/jit/cuda_graphs.hpp"
+#include "fusebox/jit/cuda_spatial.hpp"
 #include "fusebox/jit/cuda_store.hpp"
 #include "fusebox/jit/program.hpp"
 #include "fusebox/profile.hpp"
@@ -69,6 +75,10 @@ struct cuda_program {
   dtype storage = dtype::f32;
   std::array<rendered_cuda_kernel, N + 1> kernels{};  ///< generated kernels (others empty)
   std::array<cuda::CUfunction, N + 1> wide_entry{}, vector_entry{}, scalar_entry{};
+  /// Spatial, gather and pad kernels (jit/cuda_spatial.hpp): the op's unit and its two stages; a
+  /// spatial node's epilogue, if any, is in `kernels` like a matmul's.
+  std::array<rendered_cuda_kernel, N + 1> op_kernels{};
+  std::array<cuda::CUfunction, N + 1> op_first{}, op_second{};
   std::vector<std::shared_ptr<cuda::module>> modules;  ///< what the entry points live in (kept loaded)
   std::string key;
 
@@ -78,6 +88,7 @@ struct cuda_program {
     plan::plan_t<N> p = plan;
     bind(f, p, concrete, rt);
     enqueue(f, p, concrete, rt.stream.get(), rt.autotune, profile::device_timing());
+    check_ids(f, p, concrete, rt);
   }
 
   /// The same call replayed from a CUDA graph (mode::reduce_overhead and max_autotune), recorded
@@ -91,6 +102,7 @@ struct cuda_program {
     key.binding.push_back(rt.arena.get());
     if (rt.autotune && rt.tuned.insert(key.shape).second) {
       enqueue(f, p, concrete, rt.stream.get(), true, false, true);  // outside a graph: it may time candidates
+      check_ids(f, p, concrete, rt);
       return;
     }
     if (!rt.lt_ready) {
@@ -99,6 +111,14 @@ struct cuda_program {
     }
     rt.graphs.run(key, rt.stream.get(), [&] { enqueue(f, p, concrete, rt.stream.get(), rt.autotune); },
                   "compiled function (CUDA)");
+    check_ids(f, p, concrete, rt);
+  }
+
+  /// Whether the plan has an embedding kernel (its calls end by reading the bad-id flags).
+  bool has_gather() const {
+    for (int k = 0; k < plan.n_kernels; ++k)
+      if (plan.kernels[k].kind == plan::kernel_kind::gather) return true;
+    return false;
   }
 
   /// What a recorded call depends on (jit/cuda_graphs.hpp): this specialisation and the call's
@@ -131,6 +151,9 @@ struct cuda_program {
   /// `f`; true when the arena had to grow (it moved).
   bool bind(cpu::frame<T, N>& f, plan::plan_t<N>& p, const std::array<ir::node, N>& concrete, cuda_runtime& rt) const {
     plan::assign_arena(p, concrete, sizeof(T));
+    // The scratch of spatial and gather kernels after the nodes: flags, then the largest need.
+    const std::size_t scratch_at = (p.arena_bytes + 255) / 256 * 256, flags = flag_bytes(p);
+    p.arena_bytes = scratch_at + flags + op_scratch_bytes(p, concrete);
     // 256-byte aligned offsets: cuBLASLt and the 16-byte vector entries rely on it.
     const cuda::CUdeviceptr before = rt.arena.get();
     if (p.arena_bytes + 256 > rt.arena.size()) rt.stream.sync();  // growing frees the arena queued calls use
@@ -141,10 +164,56 @@ struct cuda_program {
         f.loc[i] = strided<T>{reinterpret_cast<T*>(base + p.offset[i]), concrete[i].desc.shape,
                               contiguous_strides(concrete[i].desc.shape)};
     for (int k = 0; k < p.n_kernels; ++k)
-      if (p.kernels[k].kind == plan::kernel_kind::matmul && p.kernels[k].group >= 0)
+      if ((p.kernels[k].kind == plan::kernel_kind::matmul || p.kernels[k].kind == plan::kernel_kind::spatial) &&
+          p.kernels[k].group >= 0)
         f.loc[p.kernels[k].node] = f.loc[host::epilogue_output_of(p, p.kernels[k].group)];
     host::bind_views(nodes, f, concrete);
+    f.workspace = reinterpret_cast<std::byte*>(base + scratch_at);  // device memory: flags, then kernel scratch
+    f.workspace_bytes = p.arena_bytes - scratch_at;
     return rt.arena.get() != before;
+  }
+
+  /// Bytes of bad-id flags: 8 per gather kernel (at 8 * k), rounded to 256; 0 without gathers.
+  std::size_t flag_bytes(const plan::plan_t<N>& p) const {
+    return has_gather() ? (8 * static_cast<std::size_t>(p.n_kernels) + 255) / 256 * 256 : 0;
+  }
+
+  /// The most scratch one spatial or gather kernel needs for this call (they run one after another).
+  std::size_t op_scratch_bytes(const plan::plan_t<N>& p, const std::array<ir::node, N>& concrete) const {
+    std::size_t most = 0;
+    for (int k = 0; k < p.n_kernels; ++k) {
+      const ir::node& n = concrete[p.kernels[k].node];
+      if (p.kernels[k].kind == plan::kernel_kind::spatial)
+        most = std::max(most, spatial_scratch_bytes(n.desc.win, concrete[n.inputs[0]].desc.shape,
+                                                    concrete[n.inputs[n.n_inputs - 1]].desc.shape, n.desc.shape));
+      else if (p.kernels[k].kind == plan::kernel_kind::gather)
+        most = std::max(most, gather_scratch_bytes(n, n.desc.shape));
+    }
+    return most;
+  }
+
+  /// After a call of a program with embeddings: waits for it and throws the host kernel's message
+  /// for the first bad id a gather kernel recorded (that kernel wrote zero rows for it, or skipped it).
+  void check_ids(const cpu::frame<T, N>& f, const plan::plan_t<N>& p, const std::array<ir::node, N>& concrete,
+                 cuda_runtime& rt) const {
+    if (!has_gather()) return;
+    std::vector<std::uint64_t> words(static_cast<std::size_t>(p.n_kernels));
+    cuda::copy_to_host_async(words.data(), reinterpret_cast<cuda::CUdeviceptr>(f.workspace), words.size() * 8,
+                             rt.stream.get());
+    rt.stream.sync();
+    for (int k = 0; k < p.n_kernels; ++k) {
+      if (p.kernels[k].kind != plan::kernel_kind::gather || words[k] == gather_flag_clear) continue;
+      const ir::node& n = concrete[p.kernels[k].node];
+      const std::uint32_t bits = static_cast<std::uint32_t>(words[k] & 0xffffffffu);
+      float id;
+      std::memcpy(&id, &bits, sizeof id);
+      const dims& ids = concrete[n.inputs[1]].desc.shape;
+      const dims weight = n.desc.variant == 0 ? concrete[n.inputs[0]].desc.shape : n.desc.shape;
+      throw invalid_argument("fusebox: " + cpu::embedding_id_error(n.desc.variant == 0 ? "embedding" : "embedding_backward",
+                                                                  static_cast<double>(id), words[k] >> 32, ids,
+                                                                  weight[0], weight) +
+                             " (found on the CUDA device after the call: that id's row was zero, or skipped)");
+    }
   }
 
   /// Queues the call's kernels, matmuls and copies on `on`, in plan order; `tune`: products take
@@ -159,6 +228,8 @@ struct cuda_program {
       cuda::event start, stop;
     };
     std::vector<timed_step> timed;
+    const cuda::CUdeviceptr flags = reinterpret_cast<cuda::CUdeviceptr>(f.workspace), scratch = flags + flag_bytes(p);
+    if (has_gather()) cuda::fill_bytes_async(flags, 0xff, flag_bytes(p), on);  // every flag gather_flag_clear
     for (int k = 0; k < p.n_kernels; ++k) {
       const plan::kernel& kn = p.kernels[k];
       if (timing) {
@@ -166,7 +237,8 @@ struct cuda_program {
         timed.back().name = kn.kind == plan::kernel_kind::matmul ? "matmul " + std::to_string(k) + ": " +
                                                                        describe_matmul(f, p, concrete, kn)
                             : kn.kind == plan::kernel_kind::copy ? std::string("copy")
-                                                                 : kernels[k].summary;
+                            : op_kernels[k].summary.empty()      ? kernels[k].summary
+                                                                 : op_kernels[k].summary;
         timed.back().start.record(on);
       }
       const int repeats = timing ? profile::device_timing_repeats().load(std::memory_order_relaxed) : 1;
@@ -191,12 +263,31 @@ struct cuda_program {
         case plan::kernel_kind::opaque:
           throw invalid_argument("fusebox: a graph break (opaque user function or item()) in a model compiled for "
                                  "the CUDA backend; the CUDA backend runs whole graphs only");
-        case plan::kernel_kind::spatial:  // refused when the program is built (jit/dynamic.hpp)
-          throw invalid_argument("fusebox: conv2d and pooling have no CUDA kernel yet");
-        case plan::kernel_kind::gather:  // likewise
-          throw invalid_argument("fusebox: embedding has no CUDA kernel yet");
-        case plan::kernel_kind::pad:  // likewise
-          throw invalid_argument("fusebox: pad (the gradient of slice) has no CUDA kernel yet");
+        case plan::kernel_kind::spatial: {
+          const ir::node& n = nodes[kn.node];
+          {
+            profile::scoped_span span(op_kernels[k].summary, "kernel");
+            launch_spatial(op_kernels[k], op_first[k], op_second[k], n.desc.win, f.loc[n.inputs[0]],
+                           f.loc[n.inputs[n.n_inputs - 1]], f.loc[kn.node], scratch, on);
+          }
+          if (kn.group >= 0) launch(f, p, concrete, k, kn, dev, on, tune, may_time);  // the epilogue, in place
+          break;
+        }
+        case plan::kernel_kind::gather: {
+          const ir::node& n = nodes[kn.node];
+          profile::scoped_span span(op_kernels[k].summary, "kernel");
+          launch_gather(op_kernels[k], op_first[k], op_second[k], n, f.loc[n.inputs[0]], f.loc[n.inputs[1]],
+                        f.loc[kn.node], scratch, flags + 8 * static_cast<cuda::CUdeviceptr>(k), on);
+          break;
+        }
+        case plan::kernel_kind::pad: {
+          const ir::node& n = nodes[kn.node];
+          strided<T> in[ir::max_inputs];
+          for (int q = 0; q < n.n_inputs; ++q) in[q] = f.loc[n.inputs[q]];
+          profile::scoped_span span(op_kernels[k].summary, "kernel");
+          launch_pad(op_kernels[k], op_first[k], n, in, f.loc[kn.node], on);
+          break;
+        }
       }
       if (timing) timed.back().stop.record(on);
     }

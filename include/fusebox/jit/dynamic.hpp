@@ -280,17 +280,22 @@ class dynamic_function {
     p->storage = storage_dtype<T>();
     std::vector<rendered_cuda_kernel> rs;
     std::vector<int> which;
+    std::vector<bool> op_unit;  // rs[i] is kernel which[i]'s op unit (not generated code)
     for (int k = 0; k < p->plan.n_kernels; ++k) {
       const plan::kernel& kn = p->plan.kernels[k];
-      if (kn.kind == plan::kernel_kind::spatial)
-        throw invalid_argument(std::string("fusebox: ") + p->nodes[kn.node].desc.name +
-                               " has no CUDA kernel yet: conv2d and pooling run on the CPU backend only");
-      if (kn.kind == plan::kernel_kind::gather)
-        throw invalid_argument(std::string("fusebox: ") + p->nodes[kn.node].desc.name +
-                               " has no CUDA kernel yet: embedding and its gradient run on the CPU backend only");
-      if (kn.kind == plan::kernel_kind::pad)
-        throw invalid_argument("fusebox: pad (the gradient of slice) has no CUDA kernel yet: a gradient through a "
-                               "slice runs on the CPU backend only");
+      // Spatial, gather and pad nodes: a unit of their own (jit/cuda_spatial.hpp), in op_kernels;
+      // a spatial node's epilogue is rendered below like a matmul's.
+      if (kn.kind == plan::kernel_kind::spatial || kn.kind == plan::kernel_kind::gather ||
+          kn.kind == plan::kernel_kind::pad) {
+        const ir::node& n = p->nodes[kn.node];
+        rs.push_back(kn.kind == plan::kernel_kind::spatial ? render_cuda_spatial(n, p->storage)
+                     : kn.kind == plan::kernel_kind::gather
+                         ? render_cuda_gather(n, p->nodes[n.inputs[1]].desc.shape.rank, p->storage)
+                         : render_cuda_pad(n, p->storage));
+        which.push_back(k);
+        op_unit.push_back(true);
+        if (!generated(kn)) continue;
+      }
       if (kn.kind == plan::kernel_kind::attention) {
         const ir::node& n = p->nodes[kn.node];
         rs.push_back(render_cuda_attention(n, p->nodes[n.inputs[0]], p->nodes[n.inputs[2]], p->storage));
@@ -300,6 +305,7 @@ class dynamic_function {
         continue;
       }
       which.push_back(k);
+      op_unit.push_back(false);
     }
     if (!rs.empty()) {
       cuda_binary bin;
@@ -310,6 +316,12 @@ class dynamic_function {
                               e.log);
       }
       for (std::size_t i = 0; i < which.size(); ++i) {
+        if (op_unit[i]) {  // stages: the op, then its second pass where it has one
+          p->op_kernels[which[i]] = rs[i];
+          p->op_first[which[i]] = bin.vector_entry[i];
+          p->op_second[which[i]] = bin.wide_entry[i];
+          continue;
+        }
         p->kernels[which[i]] = rs[i];
         p->wide_entry[which[i]] = bin.wide_entry[i];
         p->vector_entry[which[i]] = bin.vector_entry[i];
