@@ -16,21 +16,18 @@
 #include <fusebox/fusebox.hpp>
 #include <fusebox/nn/nn.hpp>
 
+#include "w5c.hpp"
+
 namespace fb = fusebox;
 namespace nn = fusebox::nn;
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-double us_since(clock_type::time_point t0) { return std::chrono::duration<double, std::micro>(clock_type::now() - t0).count(); }
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-using w3 = nn::sequential<nn::linear<1024, 4096>, nn::gelu_layer, nn::linear<4096, 4096>, nn::gelu_layer,
-                          nn::linear<4096, 1024>>;
-constexpr std::size_t batch = 64;
+using bench_w5c::batch;
+using bench_w5c::clock_type;
+using bench_w5c::median;
+using bench_w5c::us_since;
+using bench_w5c::w3;
 using objective = nn::detail::objective<w3, nn::train_mode, nn::mse_loss_fn>;
 const auto vg = fb::value_and_grad(objective{}, fb::wrt<2, 3, 4, 5, 6, 7>);
 
