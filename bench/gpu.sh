@@ -5,7 +5,8 @@
 # torch_reference.py in the same run, and print one merged table.
 #
 #   ../shared/device/stage-deps.sh                 # here, once: header-only deps into .deps/
-#   device run (carry .deps):  bash bench/gpu.sh [--quick] [--skip-torch] [--skip-tests]
+#   device run (carry .deps):  bash bench/gpu.sh [--quick] [--skip-torch] [--skip-tests] [--skip-fuzz]
+#                              [--train] [--build-only | --no-build]
 #
 # Logs and JSON go to $OUT (the device tool brings them back) or ./gpu-out. Each step is timed
 # and a failed step does not stop the others; the exit status is that of the test step.
@@ -13,13 +14,18 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
 mkdir -p "$out"
-quick=""; torch=1; tests=1; fuzz=1
+quick=""; torch=1; tests=1; fuzz=1; train=0; build_step=1; run_steps=1
 for a in "$@"; do
   case $a in
     --quick) quick=--quick ;;
     --skip-torch) torch=0 ;;
     --skip-tests) tests=0 ;;
     --skip-fuzz) fuzz=0 ;;  # the fuzzers take ~3 min to build on the GPU machine
+    --train) train=1 ;;     # also T1 on the GPU against torch (bench/train.sh DEVICE=cuda, one round)
+    # One device command may run 10 minutes: --build-only in one call, then --no-build in the
+    # next while the machine is still warm (its ignored build tree is kept between calls).
+    --build-only) run_steps=0 ;;
+    --no-build) build_step=0 ;;
   esac
 done
 build=${BUILD:-$root/build-gpu}
@@ -28,14 +34,18 @@ export FUSEBOX_CACHE_DIR=${FUSEBOX_CACHE_DIR:-$build/fusebox-cache}
 step() { local t0=$SECONDS; echo "==> $1"; shift; "$@"; local rc=$?; echo "==> rc=$rc ($((SECONDS - t0)) s)"; return $rc; }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$out/gpu.txt"
-step configure cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DFUSEBOX_BUILD_TESTS=ON \
-  -DFUSEBOX_BUILD_BENCH=ON -DFUSEBOX_TEST_NVCC=ON -DCMAKE_PREFIX_PATH="$root/.deps/usr" >"$out/configure.log" 2>&1 ||
-  tail -30 "$out/configure.log"
-targets="bench_gpu"
-[ $tests = 1 ] && targets="$targets fusebox_test_cuda_loader fusebox_test_cuda_runtime fusebox_test_cuda_compiled fusebox_test_cuda_optim"
-[ $tests = 1 ] && grep -q "building cuda.static_nvcc" "$out/configure.log" && targets="$targets fusebox_test_cuda_static_nvcc"
-[ $tests = 1 ] && [ $fuzz = 1 ] && targets="$targets fusebox_test_jit_fuzz_0 fusebox_test_jit_fuzz_ir"
-step build cmake --build "$build" -j "$jobs" --target $targets -- -k >"$out/build.log" 2>&1 || grep -m20 -B2 -A8 "error" "$out/build.log"
+if [ $build_step = 1 ]; then
+  step configure cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DFUSEBOX_BUILD_TESTS=ON \
+    -DFUSEBOX_BUILD_BENCH=ON -DFUSEBOX_BUILD_EXAMPLES=ON -DFUSEBOX_TEST_NVCC=ON \
+    -DCMAKE_PREFIX_PATH="$root/.deps/usr" >"$out/configure.log" 2>&1 || tail -30 "$out/configure.log"
+  targets="bench_gpu"
+  [ $tests = 1 ] && targets="$targets fusebox_test_cuda_loader fusebox_test_cuda_runtime fusebox_test_cuda_compiled fusebox_test_cuda_optim"
+  [ $tests = 1 ] && grep -q "building cuda.static_nvcc" "$out/configure.log" && targets="$targets fusebox_test_cuda_static_nvcc"
+  [ $tests = 1 ] && [ $fuzz = 1 ] && targets="$targets fusebox_test_jit_fuzz_0 fusebox_test_jit_fuzz_ir"
+  [ $train = 1 ] && targets="$targets train_fashion_mnist"
+  step build cmake --build "$build" -j "$jobs" --target $targets -- -k >"$out/build.log" 2>&1 || grep -m20 -B2 -A8 "error" "$out/build.log"
+fi
+[ $run_steps = 1 ] || exit 0
 
 test_rc=0
 if [ $tests = 1 ]; then
@@ -63,6 +73,11 @@ if [ $torch = 1 ]; then
     --workloads "${TORCH_WORKLOADS:-W1,W2,W3_b1_f32,W3_b32_f32,W3_b256_f32,W3_b1_bf16,W3_b32_bf16,W3_b256_bf16}" --json-out "$out/torch.jsonl" \
     >"$out/torch.log" 2>&1
   tail -5 "$out/torch.log"
+fi
+if [ $train = 1 ]; then
+  (export DEVICE=cuda; step "T1 on the GPU (fusebox, torch eager, torch.compile)" sh "$root/bench/train.sh" "$build" 1) \
+    >"$out/train.log" 2>&1
+  grep -E '"median_epoch_s"|accuracy|error|T2 on the GPU' "$out/train.log" | tail -12
 fi
 merge=("$out/fusebox.jsonl"); [ -f "$out/torch.jsonl" ] && merge+=("$out/torch.jsonl")
 python3 "$root/bench/peers/merge_table.py" "${merge[@]}" 2>&1 | tee "$out/table.txt"
