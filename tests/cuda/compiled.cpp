@@ -1105,6 +1105,23 @@ TEST_CASE("CUDA: embedding and its scatter-add gradient on the device: repeated 
       integral_constant<std::size_t, 300>{}, 971, 5);  // rows wider than 1024, ids past one 256-step
 }
 
+TEST_CASE("CUDA: the gradient of a C x 1 x 1 bias broadcast over NCHW (a reduction over N, H and W)", "[cuda][spatial]") {
+  FUSEBOX_REQUIRE_GPU();
+  fb::tensor<float, fb::shape<3, 7, 6, 5>> x, r;
+  fb::tensor<float, fb::shape<7>> b;
+  x.fill_random(1001), r.fill_random(1002), b.fill_random(1003);
+  auto loss = [](const auto& u, const auto& c, const auto& q) {
+    return fb::sum(fb::sum(fb::sum(fb::sum((u + fb::reshape<fb::shape<7, 1, 1>>(c)) * q))));
+  };
+  std::vector<double> want(7, 0.0);
+  for (std::size_t i = 0; i < r.size(); ++i) want[i / 30 % 7] += r.flat(i);
+  const auto g = fb::compile(fb::grad(loss, fb::wrt<1>))(fb::cuda::tensor<float, fb::shape<3, 7, 6, 5>>(x),
+                                                          fb::cuda::tensor<float, fb::shape<7>>(b),
+                                                          fb::cuda::tensor<float, fb::shape<3, 7, 6, 5>>(r));
+  CHECK(scaled_worst(g.to_host(), want) < 1e-5);
+  CHECK(scaled_worst(fb::compile(fb::grad(loss, fb::wrt<1>))(x, b, r), want) < 1e-5);  // the host, for comparison
+}
+
 TEST_CASE("CUDA: pad (a slice's gradient) on the device", "[cuda][pad]") {
   FUSEBOX_REQUIRE_GPU();
   fb::tensor<float, fb::shape<5, 12, 7>> x;

@@ -54,10 +54,24 @@ std::array<ir::node, N> specialise(const std::array<ir::node, N>& generic, const
         n.desc.shape = r.out;
         break;
       }
-      case node_kind::pad:
-        throw invalid_argument(std::string("fusebox: ") + n.desc.name +
-                               " (a slice's gradient) has no run-time-path or CUDA kernel yet: gradients through "
-                               "slice() run on the host backend, with static shapes");
+      case node_kind::pad: {  // the operands side by side from view_start along axis, in a static total
+        const std::size_t axis = static_cast<std::size_t>(n.desc.axis);
+        dims s = in(0);
+        std::size_t end = n.desc.view_start;
+        for (int q = 0; q < n.n_inputs; ++q) {
+          dims o = in(q);
+          end += o.extent[axis];
+          o.extent[axis] = s.extent[axis];
+          if (!(o == s)) throw shape_error("pad: operands " + to_string(in(0)) + " and " + to_string(in(q)) +
+                                               " differ away from axis " + std::to_string(axis), std::source_location{});
+        }
+        s.extent[axis] = n.desc.shape.extent[axis];
+        if (!is_known_extent(s.extent[axis]) || end > s.extent[axis])
+          throw shape_error("pad: the operands (" + to_string(in(0)) + ", ...) do not fit in " + to_string(n.desc.shape),
+                            std::source_location{});
+        n.desc.shape = s;
+        break;
+      }
       case node_kind::attention: {
         if (n.desc.variant != 0)  // the gradient kernels (expr/grad_nodes.hpp): host only so far
           throw invalid_argument(std::string("fusebox: ") + n.desc.name +
