@@ -179,6 +179,27 @@ TEST_CASE("reductions on dyn extents, eager, for many sizes" FBT_TYPE, "[ops][re
     }
 }
 
+TEST_CASE("a column reduction of a column reduction, compiled with a dyn extent (the run-time path)" FBT_TYPE,
+          "[ops][reduce][dyn]") {
+  // Two column kernels: the second reads the first's result as an ordinary operand. Its strides
+  // once came from the first's reduced axis (zeroed), so it summed the first row only.
+  auto model = [](auto t) { return fb::sum(fb::sum(t * T(2), fb::axis<0>) * T(3), fb::axis<0>); };
+  fb::tensor<T, fb::shape<fb::dyn, 7, 5>> x(3);
+  fbt::fill_signed(x, 77, 0.05, 3.0);
+  const auto y = fb::compile(model)(x);
+  REQUIRE(y.size() == 5);
+  for (std::size_t j = 0; j < 5; ++j) {
+    double r = 0, scale = 0;
+    for (std::size_t a = 0; a < 3; ++a)
+      for (std::size_t b = 0; b < 7; ++b) {
+        r += 6.0 * static_cast<double>(x.flat((a * 7 + b) * 5 + j));
+        scale += 6.0 * std::fabs(static_cast<double>(x.flat((a * 7 + b) * 5 + j)));
+      }
+    INFO("column " << j);
+    CHECK(std::fabs(y.flat(j) - r) <= 32 * std::numeric_limits<T>::epsilon() * scale);
+  }
+}
+
 TEST_CASE("sum of a long row keeps its error within the bound" FBT_TYPE, "[ops][reduce]") {
   // 17001 terms of one sign: every rounding counts in the same direction, the case a naive
   // sequential float sum loses the most on. Also split over column blocks for the column kernel.

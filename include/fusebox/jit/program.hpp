@@ -219,8 +219,12 @@ struct program {
       if (!f.loc[g].data) continue;  // a member computed in registers
       b.ptr[l] = f.loc[g].data;
       std::ptrdiff_t* st = &b.stride[l * abi_max_rank];
-      const bool reduced_here = n.desc.kind == node_kind::reduce && (kn.kind == plan::kernel_kind::reduce_cols ||
-                                                                    (p.group[g] == kn.group && kn.group >= 0));
+      // Reduced in this kernel: a column kernel's own node, or a row group's reductions. Another
+      // kernel's reduction read here is an ordinary operand (a column sum of a column sum read
+      // the first sum with its reduced axis' stride zeroed: only its first row).
+      const bool reduced_here =
+          n.desc.kind == node_kind::reduce &&
+          (kn.kind == plan::kernel_kind::reduce_cols ? g == kn.node : (p.group[g] == kn.group && kn.group >= 0));
       if (reduced_here)
         cpu::reduced_space_strides(f.loc[g], b.space, static_cast<std::size_t>(n.desc.axis), n.desc.keepdim, st);
       else
