@@ -6,7 +6,7 @@
 #
 #   ../shared/device/stage-deps.sh                 # here, once: header-only deps into .deps/
 #   device run (carry .deps):  bash bench/gpu.sh [--quick] [--skip-torch] [--skip-tests] [--skip-fuzz]
-#                              [--train] [--build-only | --no-build]
+#                              [--skip-bench] [--train] [--build-only | --no-build]
 #
 # Logs and JSON go to $OUT (the device tool brings them back) or ./gpu-out. Each step is timed
 # and a failed step does not stop the others; the exit status is that of the test step.
@@ -14,13 +14,14 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
 mkdir -p "$out"
-quick=""; torch=1; tests=1; fuzz=1; train=0; build_step=1; run_steps=1
+quick=""; torch=1; tests=1; fuzz=1; train=0; build_step=1; run_steps=1; bench=1
 for a in "$@"; do
   case $a in
     --quick) quick=--quick ;;
     --skip-torch) torch=0 ;;
     --skip-tests) tests=0 ;;
     --skip-fuzz) fuzz=0 ;;  # the fuzzers take ~3 min to build on the GPU machine
+    --skip-bench) bench=0 ;;
     --train) train=1 ;;     # also T1 on the GPU against torch (bench/train.sh DEVICE=cuda, one round)
     # One device command may run 10 minutes: --build-only in one call, then --no-build in the
     # next while the machine is still warm (its ignored build tree is kept between calls).
@@ -66,8 +67,10 @@ if [ $tests = 1 ]; then
   fi
 fi
 
-(cd "$build" && step "bench_gpu" ./bench/bench_gpu $quick) >"$out/fusebox.jsonl" 2>"$out/fusebox.err"
-tail -14 "$out/fusebox.jsonl"
+if [ $bench = 1 ]; then
+  (cd "$build" && step "bench_gpu" ./bench/bench_gpu $quick) >"$out/fusebox.jsonl" 2>"$out/fusebox.err"
+  tail -14 "$out/fusebox.jsonl"
+fi
 if [ $torch = 1 ]; then
   step torch_reference env PYTHONUNBUFFERED=1 python3 "$root/bench/peers/torch_reference.py" $quick ${TORCH_ARGS:-} \
     --workloads "${TORCH_WORKLOADS:-W1,W2,W3_b1_f32,W3_b32_f32,W3_b256_f32,W3_b1_bf16,W3_b32_bf16,W3_b256_bf16}" --json-out "$out/torch.jsonl" \
@@ -79,6 +82,6 @@ if [ $train = 1 ]; then
     >"$out/train.log" 2>&1
   grep -E '"median_epoch_s"|accuracy|error|T2 on the GPU' "$out/train.log" | tail -12
 fi
-merge=("$out/fusebox.jsonl"); [ -f "$out/torch.jsonl" ] && merge+=("$out/torch.jsonl")
-python3 "$root/bench/peers/merge_table.py" "${merge[@]}" 2>&1 | tee "$out/table.txt"
+merge=(); [ -f "$out/fusebox.jsonl" ] && merge+=("$out/fusebox.jsonl"); [ -f "$out/torch.jsonl" ] && merge+=("$out/torch.jsonl")
+[ ${#merge[@]} = 0 ] || python3 "$root/bench/peers/merge_table.py" "${merge[@]}" 2>&1 | tee "$out/table.txt"
 exit $test_rc
