@@ -64,7 +64,7 @@ demo: deps
 # the report; the last line says in one word whether to look further up. Some tests run builds
 # themselves (header check, compile-fail): CMAKE_BUILD_PARALLEL_LEVEL gives them JOBS too.
 test: deps
-	@$(CMAKE) -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DFUSEBOX_BUILD_TESTS=ON $(CMAKE_ARGS) \
+	@$(CMAKE) -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DFUSEBOX_BUILD_TESTS=ON -DFUSEBOX_BUILD_EXAMPLES=OFF $(CMAKE_ARGS) \
 	  || { echo "==> make test: FAILED (configure)"; exit 1; }
 	@$(CMAKE) --build $(BUILD_DIR) -j $(JOBS) \
 	  || { echo "==> make test: FAILED (build; see the first error above)"; exit 1; }
