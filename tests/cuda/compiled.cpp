@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -706,6 +707,32 @@ TEST_CASE("CUDA: attention, flash kernel on tensor cores for bfloat16 and float1
     const auto yf = (causal ? fb::compile(masked)(fq, fk, fv) : fb::compile(full)(fq, fk, fv)).to_host();
     CHECK(scaled_error(yf, attention_reference(q, k, v, causal, exact)) < 1e-5);
   }
+  // The tensor-core entry's other code paths, 130 tokens (a partial third tile): an odd number of
+  // 16-wide head-dim steps for q·kᵀ (48: an ldmatrix of two matrices after those of four) and of
+  // 8-wide ones for P·v (40); head dim 128 (one tile in flight, 16 keys a step); v much wider
+  // than q (16 and 128).
+  auto tensor_core_shape = [&](auto e_dims, auto ev_dims, bool causal) {
+    constexpr std::size_t e = decltype(e_dims)::value, ev = decltype(ev_dims)::value, T3 = 130;
+    INFO("head dims " << e << "/" << ev << (causal ? ", causal" : ""));
+    fb::tensor<float, fb::shape<2, T3, 2, e>> q3, k3;
+    fb::tensor<float, fb::shape<2, T3, 2, ev>> v3;
+    q3.fill_random(e * 7 + ev, -2.0f, 2.0f), k3.fill_random(e * 11 + ev, -2.0f, 2.0f), v3.fill_random(e + ev);
+    const fb::cuda::tensor<bf, fb::shape<2, T3, 2, e>> dq3(q3), dk3(k3);
+    const fb::cuda::tensor<bf, fb::shape<2, T3, 2, ev>> dv3(v3);
+    fb::cuda::tensor<bf, fb::shape<2, T3, 2, ev>> y3;
+    const auto s3 = device_steps([&] { y3 = causal ? fb::compile(masked)(dq3, dk3, dv3) : fb::compile(full)(dq3, dk3, dv3); });
+    REQUIRE(s3.size() == 1);
+    CHECK(s3[0].find("tensor cores") != std::string::npos);
+    CHECK(scaled_error(y3.to_host(), attention_reference(q3, k3, v3, causal, round_bf)) < 1.5e-2);
+  };
+  using dims48 = std::integral_constant<std::size_t, 48>;
+  using dims40 = std::integral_constant<std::size_t, 40>;
+  using dims128 = std::integral_constant<std::size_t, 128>;
+  using dims16 = std::integral_constant<std::size_t, 16>;
+  tensor_core_shape(dims48{}, dims40{}, true);
+  tensor_core_shape(dims48{}, dims40{}, false);
+  tensor_core_shape(dims128{}, dims128{}, true);
+  tensor_core_shape(dims16{}, dims128{}, true);
   // Head dims 40 and 24 in bfloat16: the generic entry.
   fb::tensor<float, fb::shape<2, 33, 2, 40>> q2, k2;
   fb::tensor<float, fb::shape<2, 33, 2, 24>> v2;

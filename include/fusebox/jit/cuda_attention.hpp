@@ -6,14 +6,16 @@
 //                      attention on tensor cores: a block of 4 warps takes 64 queries of one
 //                      (batch, head); each warp keeps its 16 query rows' q as mma operands in
 //                      registers. Tiles of 64 keys of k and v are copied to shared memory with
-//                      cp.async (no registers; rows padded so operand reads are free of bank
+//                      cp.async (no registers; rows padded so ldmatrix reads are free of bank
 //                      conflicts), the next tile while this one is used where two fit. Per step of
-//                      32 keys a warp computes the scores with mma.m16n8k16 (float accumulation),
-//                      masks and rescales them with an online softmax in registers (exp2 of
-//                      log2-scaled scores), turns them into the A operand of P·V without leaving
-//                      registers (the accumulator layout of two 16x8 tiles is the operand layout of
-//                      one 16x16) and accumulates the output in registers. Causal blocks stop at
-//                      their last query's tile. Scores never reach memory.
+//                      32 keys a warp computes the scores with mma.m16n8k16 (float accumulation;
+//                      k's operands by ldmatrix), masks them only on the causal diagonal and at
+//                      the keys' end, runs an online softmax in registers (one fma and one ex2 a
+//                      weight, in log2 units), turns the weights into the A operand of P·V without
+//                      leaving registers (the accumulator layout of two 16x8 tiles is the operand
+//                      layout of one 16x16; v's operands by ldmatrix.trans) and accumulates the
+//                      output in registers. Causal blocks stop at their last query's tile. Scores
+//                      never reach memory.
 //   fusebox_kernel_v1  any storage and layout: a warp per query row, lanes across the head dim,
 //                      the same online softmax in float (the float32 path, and strides that the
 //                      tensor-core entry cannot take: odd strides, unaligned data).
@@ -130,11 +132,13 @@ extern "C" __global__ void __launch_bounds__(128) fusebox_kernel_v1(fba_args a) 
     return r;
   }
   const bool bf = storage == dtype::bf16;
+  s += "constexpr int FBA_THREADS = " + std::to_string(attention_block_threads) +
+       ", FBA_BQ = " + std::to_string(attention_block_queries) + ";\n";
   s += std::string("#define FBA_MMA \"mma.sync.aligned.m16n8k16.row.col.f32.") + (bf ? "bf16.bf16" : "f16.f16") +
        ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\"\n";
   s += std::string("#define FBA_PACK \"cvt.rn.") + (bf ? "bf16x2" : "f16x2") + ".f32 %0, %1, %2;\"\n";
   s += R"(__device__ __forceinline__ void fba_mma(float (&c)[4], const unsigned (&x)[4], unsigned b0, unsigned b1) {
-  asm volatile(FBA_MMA : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+  asm(FBA_MMA : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(x[0]), "r"(x[1]), "r"(x[2]), "r"(x[3]), "r"(b0), "r"(b1));
 }
 // Two floats as one register of two 16-bit values, `lo` in the low half (the lower column).
@@ -146,13 +150,18 @@ __device__ __forceinline__ unsigned fba_pack(float lo, float hi) {
 __device__ __forceinline__ unsigned fba_ld32(const fba_t* p) { return *reinterpret_cast<const unsigned*>(p); }
 
 // Keys per softmax step: 32 for head dim 64 measured best of 16/32/64 on an H200 (W4's attention
-// at batch 32: 78.9 / 72.9 / 85.3 µs); 16 keeps head dim 128 within 255 registers without spills.
-constexpr int FBA_BQ = 64, FBA_BK = 64, FBA_BN = FBA_E > 64 ? 16 : 32;
-constexpr int FBA_KPAD = FBA_E + 8;    // k tile row stride (elements): word offset 4 per row
+// at batch 32: 78.9 / 72.9 / 85.3 µs); 16 keeps head dim 128 within the register budget.
+constexpr int FBA_BK = 64, FBA_BN = FBA_E > 64 ? 16 : 32;
+constexpr int FBA_KPAD = FBA_E + 8;    // k tile row stride (elements): 16-byte rows, 4 words apart in banks
 constexpr int FBA_VPAD = FBA_EV + 8;   // v tile row stride
 // Tiles in flight: two (the next one copied while this one is used) where both fit in the 48 KB
 // of static shared memory, else one.
 constexpr int FBA_NBUF = FBA_E > 64 || FBA_EV > 64 ? 1 : 2;
+// A warp per 16 queries. (Measured on an H100, W4's attention at batch 8: two sets of warps
+// splitting each tile's keys and merging their softmax states at the end took 18.0 µs against
+// 14.5; 128 queries a block 16.0; a register budget for 5 or 6 blocks an SM, 16.5 and 18.6.)
+static_assert(FBA_THREADS == FBA_BQ * 2, "a warp per 16 queries");
+constexpr int FBA_TILE_HALVES = FBA_NBUF * FBA_BK * (FBA_KPAD + FBA_VPAD);
 
 __device__ __forceinline__ unsigned fba_smem_address(const void* p) {
   unsigned r;
@@ -164,13 +173,39 @@ __device__ __forceinline__ void fba_copy16(void* smem, const void* gmem, bool va
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(fba_smem_address(smem)), "l"(gmem),
                "r"(valid ? 16 : 0));
 }
+// 2^x with the multi-function unit alone (ex2.approx: 2 ulp; results below 2^-126 flush to 0,
+// which a softmax weight that small is anyway next to the row's largest, 1).
+__device__ __forceinline__ float fba_exp2(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+// Four 8x8 16-bit matrices from shared memory, lanes 8i..8i+7 giving matrix i's row addresses.
+__device__ __forceinline__ void fba_ldsm4(unsigned (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(fba_smem_address(row)));
+}
+__device__ __forceinline__ void fba_ldsm2(unsigned (&r)[2], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
+               : "=r"(r[0]), "=r"(r[1]) : "r"(fba_smem_address(row)));
+}
+__device__ __forceinline__ void fba_ldsm4t(unsigned (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(fba_smem_address(row)));
+}
+__device__ __forceinline__ void fba_ldsm2t(unsigned (&r)[2], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"
+               : "=r"(r[0]), "=r"(r[1]) : "r"(fba_smem_address(row)));
+}
 
-extern "C" __global__ void __launch_bounds__(128) fusebox_kernel(fba_args a) {
-  __shared__ __align__(16) unsigned short ks[FBA_NBUF][FBA_BK * FBA_KPAD];
-  __shared__ __align__(16) unsigned short vs[FBA_NBUF][FBA_BK * FBA_VPAD];
+extern "C" __global__ void __launch_bounds__(FBA_THREADS, 2) fusebox_kernel(fba_args a) {
+  __shared__ __align__(16) unsigned short smem[FBA_TILE_HALVES];
+  unsigned short* const ks = smem;                                  // [FBA_NBUF][FBA_BK][FBA_KPAD]
+  unsigned short* const vs = smem + FBA_NBUF * FBA_BK * FBA_KPAD;   // [FBA_NBUF][FBA_BK][FBA_VPAD]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int qtile = blockIdx.x;
   const int b = blockIdx.y / a.heads, h = blockIdx.y % a.heads;
-  const int q0 = blockIdx.x * FBA_BQ + warp * 16;  // this warp's first query
+  const int q0 = qtile * FBA_BQ + warp * 16;  // this warp's first query
   const fba_t* Q = a.q + b * a.qs[0] + h * a.qs[2];
   const fba_t* K = a.k + b * a.ks[0] + h * a.ks[2];
   const fba_t* V = a.v + b * a.vs[0] + h * a.vs[2];
@@ -189,21 +224,22 @@ extern "C" __global__ void __launch_bounds__(128) fusebox_kernel(fba_args a) {
   float o[FBA_EV / 8][4];
 #pragma unroll
   for (int n = 0; n < FBA_EV / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  // Running maxima in log2 units (score · scale_log2) and this thread's share of the row sums.
   float m0 = fba_neg_inf(), m1 = fba_neg_inf(), l0 = 0.0f, l1 = 0.0f;
 
-  const int block_end = min((int)(blockIdx.x + 1) * FBA_BQ, a.tq);
+  const int block_end = min((qtile + 1) * FBA_BQ, a.tq);
   const int kend = FBA_CAUSAL ? min(a.tk, block_end) : a.tk;
   // Tile copies (k and v rows as they are, 16 bytes a copy), queued asynchronously.
   auto copy_tile = [&](int k0, int buf) {
-    for (int w = threadIdx.x; w < FBA_BK * FBA_E / 8; w += 128) {
+    for (int w = threadIdx.x; w < FBA_BK * FBA_E / 8; w += FBA_THREADS) {
       const int r = w / (FBA_E / 8), c = w % (FBA_E / 8) * 8;
       const bool in = k0 + r < a.tk;
-      fba_copy16(&ks[buf][r * FBA_KPAD + c], in ? K + (long long)(k0 + r) * a.ks[1] + c : K, in);
+      fba_copy16(&ks[(buf * FBA_BK + r) * FBA_KPAD + c], in ? K + (long long)(k0 + r) * a.ks[1] + c : K, in);
     }
-    for (int w = threadIdx.x; w < FBA_BK * FBA_EV / 8; w += 128) {
+    for (int w = threadIdx.x; w < FBA_BK * FBA_EV / 8; w += FBA_THREADS) {
       const int r = w / (FBA_EV / 8), c = w % (FBA_EV / 8) * 8;
       const bool in = k0 + r < a.tk;
-      fba_copy16(&vs[buf][r * FBA_VPAD + c], in ? V + (long long)(k0 + r) * a.vs[1] + c : V, in);
+      fba_copy16(&vs[(buf * FBA_BK + r) * FBA_VPAD + c], in ? V + (long long)(k0 + r) * a.vs[1] + c : V, in);
     }
     asm volatile("cp.async.commit_group;");
   };
@@ -217,6 +253,8 @@ extern "C" __global__ void __launch_bounds__(128) fusebox_kernel(fba_args a) {
       asm volatile("cp.async.wait_group 0;");
     }
     __syncthreads();  // this tile is in shared memory for every thread
+    const unsigned short* kt = ks + buf * FBA_BK * FBA_KPAD;
+    const unsigned short* vt = vs + buf * FBA_BK * FBA_VPAD;
     // The tile in steps of FBA_BN keys, so a thread holds one step's scores in registers.
 #pragma unroll 1
     for (int kb = 0; kb < FBA_BK; kb += FBA_BN) {
@@ -226,41 +264,57 @@ extern "C" __global__ void __launch_bounds__(128) fusebox_kernel(fba_args a) {
 #pragma unroll
       for (int n = 0; n < FBA_BN / 8; ++n) {
         sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
-        const unsigned short* kr = &ks[buf][(kb + n * 8 + g) * FBA_KPAD + 2 * t];
+        // B operands of two 16-wide steps of the head dim from one ldmatrix: lanes 8i..8i+7 give
+        // the rows (keys) of matrix i, which holds head dims 8i..8i+7 of the pair.
+        const unsigned short* kr = kt + (kb + n * 8 + (lane & 7)) * FBA_KPAD;
 #pragma unroll
-        for (int s = 0; s < FBA_E / 16; ++s)
-          fba_mma(sc[n], qf[s], *reinterpret_cast<const unsigned*>(kr + s * 16),
-                  *reinterpret_cast<const unsigned*>(kr + s * 16 + 8));
+        for (int s = 0; s + 1 < FBA_E / 16; s += 2) {
+          unsigned kf[4];
+          fba_ldsm4(kf, kr + s * 16 + (lane >> 3) * 8);
+          fba_mma(sc[n], qf[s], kf[0], kf[1]);
+          fba_mma(sc[n], qf[s + 1], kf[2], kf[3]);
+        }
+        if (FBA_E / 16 % 2) {
+          unsigned kf[2];
+          fba_ldsm2(kf, kr + (FBA_E / 16 - 1) * 16 + (lane >> 3 & 1) * 8);
+          fba_mma(sc[n], qf[FBA_E / 16 - 1], kf[0], kf[1]);
+        }
+      }
+      // Masks only where a key can be out of range: the causal diagonal and the keys' end.
+      if ((FBA_CAUSAL && k0 + kb + FBA_BN - 1 > q0) || k0 + kb + FBA_BN > a.tk) {
+#pragma unroll
+        for (int n = 0; n < FBA_BN / 8; ++n)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const int key = k0 + kb + n * 8 + 2 * t + (c & 1), row = c < 2 ? r0 : r1;
+            if (!(key < a.tk && (!FBA_CAUSAL || key <= row))) sc[n][c] = fba_neg_inf();
+          }
       }
       float mx0 = fba_neg_inf(), mx1 = fba_neg_inf();
 #pragma unroll
-      for (int n = 0; n < FBA_BN / 8; ++n)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const int key = k0 + kb + n * 8 + 2 * t + (c & 1), row = c < 2 ? r0 : r1;
-          const bool ok = key < a.tk && (!FBA_CAUSAL || key <= row);
-          sc[n][c] = ok ? sc[n][c] * a.scale_log2 : fba_neg_inf();
-          if (c < 2) mx0 = fmaxf(mx0, sc[n][c]);
-          else mx1 = fmaxf(mx1, sc[n][c]);
-        }
+      for (int n = 0; n < FBA_BN / 8; ++n) {
+        mx0 = fmaxf(mx0, fmaxf(sc[n][0], sc[n][1]));
+        mx1 = fmaxf(mx1, fmaxf(sc[n][2], sc[n][3]));
+      }
 #pragma unroll
       for (int x = 1; x < 4; x *= 2) {  // the 4 threads of a row hold its scores
         mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
       }
-      const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+      // scale_log2 > 0, so the scaled maximum is the maximum scaled.
+      const float n0 = fmaxf(m0, mx0 * a.scale_log2), n1 = fmaxf(m1, mx1 * a.scale_log2);
       // A row with no key yet (all masked) keeps maximum -inf: its weights are 0, not NaN.
       const float base0 = n0 == fba_neg_inf() ? 0.0f : n0, base1 = n1 == fba_neg_inf() ? 0.0f : n1;
-      const float alpha0 = exp2f(m0 - base0), alpha1 = exp2f(m1 - base1);
+      const float alpha0 = fba_exp2(m0 - base0), alpha1 = fba_exp2(m1 - base1);
       m0 = n0;
       m1 = n1;
       float sum0 = 0.0f, sum1 = 0.0f;
 #pragma unroll
-      for (int n = 0; n < FBA_BN / 8; ++n) {
-        sc[n][0] = exp2f(sc[n][0] - base0);
-        sc[n][1] = exp2f(sc[n][1] - base0);
-        sc[n][2] = exp2f(sc[n][2] - base1);
-        sc[n][3] = exp2f(sc[n][3] - base1);
+      for (int n = 0; n < FBA_BN / 8; ++n) {  // one fma and one ex2 a weight
+        sc[n][0] = fba_exp2(fmaf(sc[n][0], a.scale_log2, -base0));
+        sc[n][1] = fba_exp2(fmaf(sc[n][1], a.scale_log2, -base0));
+        sc[n][2] = fba_exp2(fmaf(sc[n][2], a.scale_log2, -base1));
+        sc[n][3] = fba_exp2(fmaf(sc[n][3], a.scale_log2, -base1));
         sum0 += sc[n][0] + sc[n][1];
         sum1 += sc[n][2] + sc[n][3];
       }
@@ -277,17 +331,21 @@ extern "C" __global__ void __launch_bounds__(128) fusebox_kernel(fba_args a) {
       for (int s = 0; s < FBA_BN / 16; ++s) {
         const unsigned p[4] = {fba_pack(sc[2 * s][0], sc[2 * s][1]), fba_pack(sc[2 * s][2], sc[2 * s][3]),
                                fba_pack(sc[2 * s + 1][0], sc[2 * s + 1][1]), fba_pack(sc[2 * s + 1][2], sc[2 * s + 1][3])};
+        // B operands (keys 2t, 2t+1 and 2t+8, 2t+9 of the step; column 8n + g) from row-major v:
+        // ldmatrix .trans hands each thread its transposed pairs; lanes 0-15 give the step's 16
+        // key rows at columns 8n, lanes 16-31 the same rows at columns 8n + 8.
+        const unsigned short* vr = vt + (kb + s * 16 + (lane & 15)) * FBA_VPAD;
 #pragma unroll
-        for (int n = 0; n < FBA_EV / 8; ++n) {
-          // B operand (keys 2t, 2t+1 and 2t+8, 2t+9 of the step; column n*8 + g) from row-major v:
-          // ldmatrix .trans reads the two 8x8 blocks of keys (lanes 0-15 give their rows) and
-          // hands each thread its transposed pairs.
-          unsigned b0, b1;
-          const unsigned row = fba_smem_address(&vs[buf][(kb + s * 16 + (lane & 15)) * FBA_VPAD + n * 8]);
-          asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"
-                       : "=r"(b0), "=r"(b1)
-                       : "r"(row));
-          fba_mma(o[n], p, b0, b1);
+        for (int n = 0; n + 1 < FBA_EV / 8; n += 2) {
+          unsigned vf[4];
+          fba_ldsm4t(vf, vr + (n + (lane >> 4)) * 8);
+          fba_mma(o[n], p, vf[0], vf[1]);
+          fba_mma(o[n + 1], p, vf[2], vf[3]);
+        }
+        if (FBA_EV / 8 % 2) {
+          unsigned vf[2];
+          fba_ldsm2t(vf, vr + (FBA_EV / 8 - 1) * 8);
+          fba_mma(o[FBA_EV / 8 - 1], p, vf[0], vf[1]);
         }
       }
     }
@@ -348,9 +406,9 @@ bool launch_attention(const rendered_cuda_kernel& rk, cuda::CUfunction tc, cuda:
   if (a.batch == 0 || a.tq == 0 || a.heads == 0) return false;
   void* args[] = {&a};
   cuda::dim3 grid, block;
-  block.x = attention_block_threads;
   const bool tensor_cores = rk.tensor_cores && attention_rows_aligned(q, 4) && attention_rows_aligned(o, 4) &&
                             attention_rows_aligned(k, 16) && attention_rows_aligned(v, 16);
+  block.x = attention_block_threads;
   if (tensor_cores) {
     grid.x = static_cast<unsigned>((q.shape[1] + attention_block_queries - 1) / attention_block_queries);
     grid.y = static_cast<unsigned>(q.shape[0] * q.shape[2]);
