@@ -4,6 +4,8 @@ warm-up. The counterpart of fusebox's `FUSEBOX_DEVICE_TIMES=1 bench_gpu --only W
 blocks can be compared kernel by kernel in the same device call.
 
     python3 bench/peers/torch_kernel_times.py [--modes eager,default]
+    ncu --nvtx --nvtx-include "w4/" ... python3 bench/peers/torch_kernel_times.py --once
+        (one eager call after warm-up inside an NVTX range "w4", for Nsight Compute)
 """
 import argparse
 import collections
@@ -34,11 +36,22 @@ def kernel_times(fn, x, calls=20):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--modes", default="eager,default")
+    p.add_argument("--once", action="store_true")
     args = p.parse_args()
     _, _, _, Block = ref._modules(torch)
     torch.manual_seed(0)
     block = Block(ref.W4_D, ref.W4_H, "tanh").to(torch.bfloat16)
     x = torch.randn(ref.W4_B, ref.W4_T, ref.W4_D, device="cuda", dtype=torch.bfloat16)
+    if args.once:
+        with torch.inference_mode():
+            for _ in range(5):
+                block(x)
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_push("w4")
+            block(x)
+            torch.cuda.nvtx.range_pop()
+            torch.cuda.synchronize()
+        return
     for mode in args.modes.split(","):
         fn = block if mode == "eager" else torch.compile(block, mode=mode)
         with torch.inference_mode():

@@ -119,6 +119,8 @@ class cuda_adamw {
 
   adamw_options& options() noexcept { return options_; }
   std::uint64_t steps() const noexcept { return step_; }
+  /// How many steps uploaded the chunk table: once, in a loop whose gradients stay where they are.
+  std::uint64_t table_uploads() const noexcept { return table_uploads_; }
 
   /// One update from device gradients (a cuda::tensor or a std::tuple of them, in order).
   template <class G>
@@ -156,6 +158,7 @@ class cuda_adamw {
     // previous step's kernel, which reads the old table.
     if (rows != host_table_) {
       host_table_.swap(rows);
+      ++table_uploads_;
       cuda::copy_to_device_async(table_.get(), host_table_.data(), host_table_.size() * sizeof(device_chunk),
                                  stream.get());
     }
@@ -207,7 +210,7 @@ class cuda_adamw {
   std::vector<detail::chunk> chunks_;
   std::vector<device_chunk> host_table_, next_table_;
   cuda::device_buffer moments_, table_;
-  std::uint64_t step_ = 0;
+  std::uint64_t step_ = 0, table_uploads_ = 0;
 };
 
 }  // namespace fusebox::optim
