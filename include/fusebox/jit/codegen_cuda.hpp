@@ -285,20 +285,12 @@ class cuda_codegen {
     if (nd.desc.shape.rank == 0 || nd.desc.shape.back(0) == 1) return b.let("fb_to_float(*" + p + ")");
     if (unit_inner_[g] && row_cache_ && varies_by_row(nd)) {
       // Row kernels with a known row length keep each operand's slice of the row in registers,
-      // loaded once per row: every pass reads them there instead of from memory. In a block per
-      // row, an operand that is the same for every row (layer_norm's gamma, a bias) is read
-      // where it is used: it stays in L1, and registers go to the next row's prefetch instead.
+      // loaded once per row: every pass reads them there instead of from memory. An operand
+      // that is the same for every row (layer_norm's gamma, a bias) is read where it is used:
+      // it stays in L1, and registers go to the next row's prefetch instead.
       unit_.insert(g);
       row_cached_.insert(g);
       return b.let("x" + L(g) + "[kk][v]");
-    }
-    if (unit_inner_[g] && row_cache_ && rows_per_block_ > 1) {
-      // A warp per row (a short row) has registers to spare: an operand that is the same for
-      // every row is loaded once, before the first row, so its latency overlaps that row's own
-      // loads instead of following its reductions (W4's layer_norms read gamma and beta).
-      unit_.insert(g);
-      row_invariant_.insert(g);
-      return b.let("y" + L(g) + "[kk][v]");
     }
     if (unit_inner_[g]) {
       const std::string x = "x" + L(g);
@@ -527,22 +519,18 @@ class cuda_codegen {
 
   /// Row cache: each cached operand's slice of the row into registers `<prefix><local>`, with
   /// the row pointers in scope.
-  std::string row_loads(const std::string& prefix, const std::string& in) { return row_loads(prefix, in, row_cached_); }
-  std::string row_loads(const std::string& prefix, const std::string& in, const std::set<int>& which) {
+  std::string row_loads(const std::string& prefix, const std::string& in) {
     std::string s;
-    for (int g : which)
+    for (int g : row_cached_)
       s += in + "#pragma unroll\n" + in + "for (unsigned long long kk = 0; kk < FB_K; ++kk) {\n" + in +
            "  const unsigned long long j = (kk * FB_BLOCK + fb_t) * VEC;\n" + in + "  if (j < W) fb_load<VEC>(" +
            ptr(g) + " + j, " + prefix + L(g) + "[kk]);\n" + in + "}\n";
     return s;
   }
-  std::string row_cache_decl(const std::string& prefix, const std::string& in, const std::set<int>& which) {
-    std::string s;
-    for (int g : which) s += in + "float " + prefix + L(g) + "[FB_K][VEC];\n";
-    return s;
-  }
   std::string row_cache_decl(const std::string& prefix, const std::string& in) {
-    return row_cache_decl(prefix, in, row_cached_);
+    std::string s;
+    for (int g : row_cached_) s += in + "float " + prefix + L(g) + "[FB_K][VEC];\n";
+    return s;
   }
 
   /// Row cache, software-pipelined: a block loads the next row it will process (r + gridDim.x)
@@ -551,9 +539,8 @@ class cuda_codegen {
   /// W2 ran at 44% of the copy bandwidth).
   std::string row_prefetch_first() {
     if (!row_cache_) return "";
-    return row_cache_decl("n", "  ") + row_cache_decl("y", "  ", row_invariant_) +
-           "  if (fb_first < rows) {\n    const unsigned long long r = fb_first;\n" + coordinates("r", "    ") +
-           pointers("    ") + row_loads("n", "    ") + row_loads("y", "    ", row_invariant_) + "  }\n";
+    return row_cache_decl("n", "  ") + "  if (fb_first < rows) {\n    const unsigned long long r = fb_first;\n" +
+           coordinates("r", "    ") + pointers("    ") + row_loads("n", "    ") + "  }\n";
   }
   std::string row_prefetch_next() {
     if (!row_cache_) return "";
@@ -691,7 +678,6 @@ class cuda_codegen {
   std::array<std::string, N> pointer_decl_{};
   std::vector<int> pointer_order_;
   std::set<int> unit_, row_cached_;
-  std::set<int> row_invariant_;  ///< row cache, a warp per row: operands the same for every row, in registers
   std::set<int> value_cache_, value_stored_, value_cached_;  // values kept in registers; stored by this pass; by earlier ones
   bool row_cache_ = false;
   unsigned block_threads_ = 0;   ///< threads per row (row cache)
