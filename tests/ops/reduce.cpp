@@ -200,6 +200,23 @@ TEST_CASE("a column reduction of a column reduction, compiled with a dyn extent 
   }
 }
 
+TEST_CASE("a rank-0 reduction times a number, compiled with a dyn extent (the run-time path)" FBT_TYPE,
+          "[ops][reduce][dyn]") {
+  // The product is a kernel over a rank-0 space. The host code generator once looped over its
+  // rows' coordinates from rank - 1 down, which for rank 0 wrapped around and never ended.
+  auto model = [](auto t) { return fb::sum(t, fb::axis<0>) * T(3); };
+  fb::tensor<T, fb::shape<fb::dyn>> x(7);
+  fbt::fill_signed(x, 78, 0.05, 3.0);
+  const auto y = fb::compile(model)(x);
+  REQUIRE(y.size() == 1);
+  double r = 0, scale = 0;
+  for (std::size_t i = 0; i < 7; ++i) {
+    r += 3.0 * static_cast<double>(x.flat(i));
+    scale += 3.0 * std::fabs(static_cast<double>(x.flat(i)));
+  }
+  CHECK(std::fabs(y.flat(0) - r) <= 32 * std::numeric_limits<T>::epsilon() * scale);
+}
+
 TEST_CASE("sum of a long row keeps its error within the bound" FBT_TYPE, "[ops][reduce]") {
   // 17001 terms of one sign: every rounding counts in the same direction, the case a naive
   // sequential float sum loses the most on. Also split over column blocks for the column kernel.

@@ -42,7 +42,8 @@ class cpu_codegen {
  public:
   cpu_codegen(const std::array<ir::node, N>& nodes, const plan::plan_t<N>& p, int k, dtype t,
               const std::array<bool, N>& unit_inner, bool fast_math = false)
-      : nodes_(nodes), p_(p), k_(p.kernels[k]), t_(t), unit_inner_(unit_inner), fast_math_(fast_math) {
+      : nodes_(nodes), p_(p), k_(plan::at_least_rank1(p.kernels[k])), t_(t), unit_inner_(unit_inner),
+        fast_math_(fast_math) {
     local_of_.fill(-1);
   }
 

@@ -164,19 +164,12 @@ inline const language& cuda_language() {
 
 namespace detail {
 
-/// A kernel over a rank-0 space (one element: a loss, the gradient seed times a constant) is
-/// rendered and launched as one over [1].
-inline plan::kernel at_least_rank1(plan::kernel k) {
-  if (k.space.rank == 0) k.space = dims{1, {1}};
-  return k;
-}
-
 template <std::size_t N>
 class cuda_codegen {
  public:
   cuda_codegen(const std::array<ir::node, N>& nodes, const plan::plan_t<N>& p, int k, dtype t,
                const std::array<bool, N>& unit_inner)
-      : nodes_(nodes), p_(p), k_(at_least_rank1(p.kernels[k])), t_(t), unit_inner_(unit_inner) {
+      : nodes_(nodes), p_(p), k_(plan::at_least_rank1(p.kernels[k])), t_(t), unit_inner_(unit_inner) {
     local_of_.fill(-1);
   }
 

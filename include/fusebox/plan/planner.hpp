@@ -55,6 +55,13 @@ struct kernel {
   int cached = 0;     ///< rows: nodes kept in the row scratch
 };
 
+/// A kernel over a rank-0 space (one element: a loss, a reduction to a scalar times a constant) as
+/// both code generators render it: over [1], which is also how the runners launch it (one row).
+constexpr kernel at_least_rank1(kernel k) {
+  if (k.space.rank == 0) k.space = dims{1, {1}};
+  return k;
+}
+
 template <std::size_t N>
 struct plan_t {
   std::array<int, N> group{};          ///< -1 for nodes outside any group
