@@ -53,6 +53,9 @@ auto w3 = [](auto x, auto w1_, auto b1, auto w2_, auto b2, auto w3_, auto b3) {
 // compilation: as one expression, the residual `h` used twice would copy the attention subtree
 // past ir::max_expanded_nodes).
 constexpr std::size_t w4_b = 8, w4_t = 256, w4_d = 768, w4_h = 12, w4_dh = 64, w4_tok = w4_b * w4_t;
+/// Whether a max_autotune W4 in this process chose cuDNN's attention (a later one finds the choice made).
+inline bool w4_attention_was_cudnn = false;
+
 auto w4_attention = [](auto x, auto g1, auto be1, auto wqkv, auto bqkv, auto wo, auto bo) {
   // As torch's block (and GPT-2's c_attn): one [d, 3d] projection; q, k and v are slices of its
   // product, viewed as heads where the GEMM wrote them.
@@ -441,6 +444,7 @@ void run_w4(const limits& lim, fb::mode mode, bool quick) {
   const auto dw1 = up(w1h);
   const auto db1 = up(b1h);
   const auto dw2 = up(w2h);
+  const std::size_t cudnn0 = fb::jit::attention_chooser::instance().cudnn_chosen();
   auto attention = fb::compile(w4_attention, fb::options{.mode = mode});
   auto mlp = fb::compile(w4_mlp, fb::options{.mode = mode});
   auto call = [&] {
@@ -526,8 +530,15 @@ void run_w4(const limits& lim, fb::mode mode, bool quick) {
   r.floor_us = bytes / (lim.gbps * 1e9) * 1e6;
   r.compile_s = first;
   r.max_rel_err = rel_err(got, ref);
-  r.note = "bfloat16; two compiled calls (attention half, MLP half); host wall per block, one sync per batch of "
-           "calls; floor: bytes only; attention: fusebox's flash kernel (tensor cores)";
+  // max_autotune times cuDNN's fused attention against fusebox's kernel (jit/cuda_attention_choice.hpp).
+  const bool cudnn_attention = fb::jit::attention_chooser::instance().cudnn_chosen() > cudnn0 ||
+                               (mode == fb::mode::max_autotune && w4_attention_was_cudnn);
+  if (mode == fb::mode::max_autotune) w4_attention_was_cudnn = cudnn_attention;
+  r.note = std::string("bfloat16; two compiled calls (attention half, MLP half); host wall per block, one sync per "
+                       "batch of calls; floor: bytes only; attention: ") +
+           (cudnn_attention ? "cuDNN's fused attention (chosen by timing)"
+            : mode == fb::mode::max_autotune ? "fusebox's flash kernel (chosen by timing)"
+                                             : "fusebox's flash kernel (tensor cores)");
   add(r);
 }
 
@@ -690,16 +701,24 @@ int main(int argc, char** argv) {
       q.fill_random(91), k.fill_random(92), v.fill_random(93);
       const fb::cuda::tensor<fb::bfloat16, fb::shape<fb::dyn, 256, 12, 64>> dq(q), dk(k), dv(v);
       // Replayed from a CUDA graph: the host's per-call cost would otherwise be timed with it.
-      auto att = fb::compile([](auto a, auto b, auto c) { return fb::attention(a, b, c, fb::causal); },
-                             fb::options{.mode = fb::mode::reduce_overhead});
-      auto y = att(dq, dk, dv);
-      const auto t = time_device([&] { y = att(dq, dk, dv); }, quick);
-      bench::record r{"attention_b" + std::to_string(batch), "fusebox", "reduce_overhead"};
-      r.set(t);
-      r.flops = 4.0 * batch * 12 * 64 * (256.0 * 257 / 2);
-      r.gflops = r.flops / (r.median_us * 1e-6) / 1e9;
-      r.note = fmt("%.0f TFLOP/s of causal attention (bf16, [%zu, 256, 12, 64])", r.gflops / 1e3, batch);
-      add(r);
+      // reduce_overhead runs fusebox's kernel; max_autotune the faster of it and cuDNN's.
+      for (fb::mode mode : {fb::mode::reduce_overhead, fb::mode::max_autotune}) {
+        const std::size_t cudnn0 = fb::jit::attention_chooser::instance().cudnn_chosen();
+        auto att = fb::compile([](auto a, auto b, auto c) { return fb::attention(a, b, c, fb::causal); },
+                               fb::options{.mode = mode});
+        auto y = att(dq, dk, dv);
+        const auto t = time_device([&] { y = att(dq, dk, dv); }, quick);
+        const bool max = mode == fb::mode::max_autotune;
+        bench::record r{"attention_b" + std::to_string(batch), "fusebox", max ? "max_autotune" : "reduce_overhead"};
+        r.set(t);
+        r.flops = 4.0 * batch * 12 * 64 * (256.0 * 257 / 2);
+        r.gflops = r.flops / (r.median_us * 1e-6) / 1e9;
+        r.note = fmt("%.0f TFLOP/s of causal attention (bf16, [%zu, 256, 12, 64]); ", r.gflops / 1e3, batch) +
+                 (!max ? std::string("fusebox's kernel")
+                  : fb::jit::attention_chooser::instance().cudnn_chosen() > cudnn0 ? "cuDNN's, chosen by timing"
+                                                                                    : "fusebox's, chosen by timing");
+        add(r);
+      }
     }
   }
   if (want("warm")) {  // Warm start of W3 (float32, batch 1) in a fresh process from this run's cache.

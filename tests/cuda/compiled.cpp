@@ -746,6 +746,54 @@ TEST_CASE("CUDA: attention, flash kernel on tensor cores for bfloat16 and float1
   CHECK(scaled_error(y2.to_host(), attention_reference(q2, k2, v2, true, round_bf)) < 1e-2);
 }
 
+TEST_CASE("CUDA: max_autotune times cuDNN's fused attention against fusebox's kernel once per problem; "
+          "FUSEBOX_ATTENTION=cudnn and =own", "[cuda][attention][autotune]") {
+  FUSEBOX_REQUIRE_GPU();
+  using bf = fb::bfloat16;
+  auto round_bf = [](float v) { return static_cast<double>(bf::from_float(v).to_float()); };
+  auto masked = [](auto q, auto k, auto v) { return fb::attention(q, k, v, fb::causal); };
+  // The attention case's types with a batch no other case uses: problems no chooser has seen.
+  constexpr std::size_t T = 200, H = 3, E = 64;
+  fb::tensor<float, fb::shape<fb::dyn, T, H, E>> q(5), k(5), v(5);
+  q.fill_random(81, -2.0f, 2.0f), k.fill_random(82, -2.0f, 2.0f), v.fill_random(83);
+  const auto want = attention_reference(q, k, v, true, round_bf);
+  const fb::cuda::tensor<bf, fb::shape<fb::dyn, T, H, E>> dq(q), dk(k), dv(v);
+  bool have_cudnn = true;
+  try {
+    fb::cuda::cudnn();
+  } catch (const fb::backend_unavailable& e) {
+    WARN("cuDNN is not installed: only fusebox's kernel can be chosen (" << e.what() << ")");
+    have_cudnn = false;
+  }
+  auto& chooser = fb::jit::attention_chooser::instance();
+  struct restore_env {
+    ~restore_env() { ::unsetenv("FUSEBOX_ATTENTION"); }
+  } restore;
+  for (const char* policy : {"cudnn", "auto", "own"}) {
+    INFO("FUSEBOX_ATTENTION=" << policy);
+    ::setenv("FUSEBOX_ATTENTION", policy, 1);
+    const auto decided0 = chooser.timed() + chooser.from_disk(), cudnn0 = chooser.cudnn_chosen();
+    const auto graphs0 = fb::jit::counters().snapshot().graph_captures;
+    auto tuned = fb::compile(masked, fb::options{.mode = fb::mode::max_autotune});
+    for (int call = 0; call < 3; ++call) {
+      INFO("call " << call);
+      CHECK(scaled_error(tuned(dq, dk, dv).to_host(), want) < 1.5e-2);
+    }
+    CHECK(fb::jit::counters().snapshot().graph_captures > graphs0);  // replays run the same choice
+    const std::string p = policy;
+    if (p == "own") {
+      CHECK(chooser.timed() + chooser.from_disk() == decided0);  // cuDNN not even asked
+      CHECK(chooser.cudnn_chosen() == cudnn0);
+    } else if (have_cudnn) {
+      CHECK(chooser.timed() + chooser.from_disk() == decided0 + 1);  // one problem, decided once
+      if (p == "cudnn") CHECK(chooser.cudnn_chosen() == cudnn0 + 1);
+    }
+  }
+  ::setenv("FUSEBOX_ATTENTION", "sometimes", 1);
+  CHECK_THROWS_WITH(fb::compile(masked, fb::options{.mode = fb::mode::max_autotune})(dq, dk, dv),
+                    Catch::Matchers::Contains("FUSEBOX_ATTENTION='sometimes'"));
+}
+
 TEST_CASE("CUDA: a GPT-2 attention half in bfloat16: projections, attention on their views, output projection",
           "[cuda][attention]") {
   FUSEBOX_REQUIRE_GPU();

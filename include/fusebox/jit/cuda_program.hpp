@@ -13,7 +13,7 @@
 // thread per output element (grid-stride). The vector entry (16-byte accesses) runs when every unit-stride operand is
 // 16-byte aligned with row strides in whole vectors and the row length is too; else the scalar one.
 // Elementwise kernels take the wide entry (two vectors a thread) where rows allow twice that.
-// Depends on: jit/{program,cuda_store,codegen_cuda,cuda_graphs,cuda_autotune,cuda_attention,cuda_spatial}.hpp,
+// Depends on: jit/{program,cuda_store,codegen_cuda,cuda_graphs,cuda_autotune,cuda_attention,cuda_attention_choice,cuda_spatial}.hpp,
 // cuda/{cublaslt,memory,module}.hpp.
 #pragma once
 
@@ -33,6 +33,7 @@
 #include "fusebox/cuda/module.hpp"
 #include "fusebox/jit/codegen_cuda.hpp"
 #include "fusebox/jit/cuda_attention.hpp"
+#include "fusebox/jit/cuda_attention_choice.hpp"
 #include "fusebox/jit/cuda_autotune.hpp"
 #include "fusebox/jit/cuda_graphs.hpp"
 #include "fusebox/jit/cuda_spatial.hpp"
@@ -254,9 +255,21 @@ struct cuda_program {
         case plan::kernel_kind::copy: copy(f.loc[kn.node], f.copy_to[kn.node], on); break;
         case plan::kernel_kind::attention: {
           const ir::node& n = nodes[kn.node];
+          const strided<T>&q = f.loc[n.inputs[0]], &kk = f.loc[n.inputs[1]], &v = f.loc[n.inputs[2]], &o = f.loc[kn.node];
+          auto own = [&](int times) {
+            bool tc = false;
+            for (int i = 0; i < times; ++i) tc = launch_attention(kernels[k], vector_entry[k], scalar_entry[k], q, kk, v, o, on);
+            return tc;
+          };
+          if (cuda::cudnn_attention* dnn = tune ? cudnn_attention_for(n, q, kk, v, o, on, may_time, own) : nullptr) {
+            profile::scoped_span span("cuDNN fused attention", "kernel");
+            if (dnn->run(device_address(q), device_address(kk), device_address(v), device_address(o), on)) {
+              if (timing && rep == 0) timed.back().name += "; cuDNN's fused attention";
+              break;
+            }
+          }
           profile::scoped_span span(kernels[k].summary, "kernel");
-          const bool tc = launch_attention(kernels[k], vector_entry[k], scalar_entry[k], f.loc[n.inputs[0]],
-                                           f.loc[n.inputs[1]], f.loc[n.inputs[2]], f.loc[kn.node], on);
+          const bool tc = own(1);
           if (timing && rep == 0 && kernels[k].tensor_cores && !tc) timed.back().name += "; ran the generic entry (rows not aligned)";
           break;
         }
@@ -293,6 +306,34 @@ struct cuda_program {
     }
     const double per = timing ? 1000.0 / profile::device_timing_repeats().load(std::memory_order_relaxed) : 0.0;
     for (timed_step& t : timed) profile::add_span(t.name, "device", per * cuda::elapsed_ms(t.start, t.stop));
+  }
+
+  static cuda::CUdeviceptr device_address(const strided<T>& x) { return reinterpret_cast<cuda::CUdeviceptr>(x.data); }
+
+  /// max_autotune: cuDNN's attention for this call's q, k, v, o (jit/cuda_attention_choice.hpp),
+  /// or null where fusebox's kernel is the choice or the only option (float32 storage).
+  template <class RunOwn>
+  cuda::cudnn_attention* cudnn_attention_for(const ir::node& n, const strided<T>& q, const strided<T>& k,
+                                             const strided<T>& v, const strided<T>& o, cuda::CUstream on, bool may_time,
+                                             RunOwn& own) const {
+    if (storage != dtype::bf16 && storage != dtype::f16) return nullptr;
+    cuda::cudnn_attention_problem p;
+    p.bf16 = storage == dtype::bf16;
+    p.batch = static_cast<std::int64_t>(q.shape[0]);
+    p.tq = static_cast<std::int64_t>(q.shape[1]);
+    p.heads = static_cast<std::int64_t>(q.shape[2]);
+    p.e = static_cast<std::int64_t>(q.shape[3]);
+    p.tk = static_cast<std::int64_t>(k.shape[1]);
+    p.ev = static_cast<std::int64_t>(v.shape[3]);
+    p.causal = n.desc.axis == 1;
+    for (int d = 0; d < 4; ++d) {
+      p.q[d] = q.stride[d];
+      p.k[d] = k.stride[d];
+      p.v[d] = v.stride[d];
+      p.o[d] = o.stride[d];
+    }
+    return attention_chooser::instance().choose(p, device_address(q), device_address(k), device_address(v),
+                                                device_address(o), may_time, on, [&](int times) { own(times); });
   }
 
   /// "[B] MxK · KxN" of matmul kernel kn, for device-timing spans.
