@@ -85,7 +85,7 @@ class cudnn_attention {
     tensor(uid_v, io, {B, H, TK, p.ev}, bhsd(p.v));
     tensor(uid_o, io, {B, H, TQ, p.ev}, bhsd(p.o));
     tensor(uid_scale, ce::data_float, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
-    tensor(uid_mask, ce::data_float, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
+    if (p.causal) tensor(uid_mask, ce::data_float, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
     const std::vector<std::int64_t> sd{B, H, TQ, TK}, ss{H * TQ * TK, TQ * TK, TK, 1}, rd{B, H, TQ, 1},
         rs{H * TQ, TQ, 1, 1};
     auto scores = [&](int type = ce::data_float) { return tensor(next_virtual_++, type, sd, ss, true); };
@@ -140,6 +140,7 @@ class cudnn_attention {
                                         &got, raw.data()),
                   "cudnnBackendGetAttribute (heuristic results)");
     configs_.resize(static_cast<std::size_t>(got));
+    plans_.resize(configs_.size());
   }
 
   cudnn_attention(const cudnn_attention&) = delete;
@@ -151,22 +152,33 @@ class cudnn_attention {
   std::size_t candidates() const { return configs_.size(); }
 
   /// Makes configuration i the one `run` uses: finalises its execution plan (compiling its kernel)
-  /// and allocates its workspace. Throws cudnn_error if cuDNN cannot build it. Never during a
-  /// stream capture (it may allocate).
+  /// the first time and sizes the workspace. Throws cudnn_error if cuDNN cannot build it. Never
+  /// during a stream capture (it may allocate). A plan once built is kept: finalising the same
+  /// configuration a second time failed inside cuDNN 9.14 (its runtime compilation, H100), and
+  /// the tuner comes back to its winner after timing the others.
   void use(std::size_t i) {
     namespace ce = cudnn_enum;
-    cudnn_context& ctx = cudnn_handle();
-    cudnn_descriptor plan(ce::execution_plan_descriptor);
-    plan.set(ce::execution_plan_handle, ce::type_handle, 1, &ctx.handle).set(ce::execution_plan_engine_config, configs_.at(i));
-    plan.finalize("cudnnBackendFinalize (attention execution plan)");
+    if (!plans_.at(i)) {
+      cudnn_context& ctx = cudnn_handle();
+      cudnn_descriptor plan(ce::execution_plan_descriptor);
+      plan.set(ce::execution_plan_handle, ce::type_handle, 1, &ctx.handle)
+          .set(ce::execution_plan_engine_config, configs_[i]);
+      plan.finalize("cudnnBackendFinalize (attention execution plan)");
+      plans_[i] = std::move(plan);
+    }
     std::int64_t bytes = 0, n = 0;
-    cudnn_check(cudnn().get_attribute(plan.get(), ce::execution_plan_workspace_size, ce::type_int64, 1, &n, &bytes),
+    cudnn_check(cudnn().get_attribute(plans_[i].get(), ce::execution_plan_workspace_size, ce::type_int64, 1, &n, &bytes),
                 "cudnnBackendGetAttribute (workspace size)");
-    if (bytes > 0) workspace_.ensure(static_cast<std::size_t>(bytes));
     std::lock_guard lock(mutex_);
-    plan_ = std::move(plan);
-    pack_ = cudnn_descriptor();
+    if (bytes > 0) workspace_.ensure(static_cast<std::size_t>(bytes));
+    pack_ = cudnn_descriptor();  // the workspace may have moved
     chosen_ = static_cast<int>(i);
+  }
+
+  /// Releases the plans of every configuration but the chosen one (after a tuner has decided).
+  void drop_others() {
+    for (std::size_t i = 0; i < plans_.size(); ++i)
+      if (static_cast<int>(i) != chosen_) plans_[i] = cudnn_descriptor();
   }
 
   /// The configuration in use (-1: none yet).
@@ -183,20 +195,23 @@ class cudnn_attention {
     const CUdeviceptr now[4] = {q, k, v, o};
     if (!pack_ || !std::equal(now, now + 4, bound_)) {  // a variant pack per set of addresses
       std::copy(now, now + 4, bound_);
+      // The pack names exactly the graph's non-virtual tensors: the mask value only with the mask
+      // (an extra id fails the pack's check with BAD_PARAM_NULL_POINTER, cuDNN 9.14).
       const std::int64_t uids[] = {uid_q, uid_k, uid_v, uid_o, uid_scale, uid_mask};
       void* pointers[] = {reinterpret_cast<void*>(q), reinterpret_cast<void*>(k), reinterpret_cast<void*>(v),
                           reinterpret_cast<void*>(o), &scale_, &mask_};
+      const std::int64_t count = problem_.causal ? 6 : 5;
       void* workspace = reinterpret_cast<void*>(workspace_.get());
       cudnn_descriptor pack(ce::variant_pack_descriptor);
-      pack.set(ce::variant_pack_unique_ids, ce::type_int64, 6, uids)
-          .set(ce::variant_pack_data_pointers, ce::type_void_ptr, 6, pointers)
+      pack.set(ce::variant_pack_unique_ids, ce::type_int64, count, uids)
+          .set(ce::variant_pack_data_pointers, ce::type_void_ptr, count, pointers)
           .set(ce::variant_pack_workspace, ce::type_void_ptr, 1, &workspace);
       pack.finalize("cudnnBackendFinalize (variant pack)");
       pack_ = std::move(pack);
     }
     std::lock_guard use_handle(ctx.mutex);
     cudnn_check(cudnn().set_stream(ctx.handle, on), "cudnnSetStream");
-    cudnn_check(cudnn().execute(ctx.handle, plan_.get(), pack_.get()), "cudnnBackendExecute (attention)");
+    cudnn_check(cudnn().execute(ctx.handle, plans_[static_cast<std::size_t>(chosen_)].get(), pack_.get()), "cudnnBackendExecute (attention)");
     return true;
   }
 
@@ -278,8 +293,9 @@ class cudnn_attention {
   std::vector<std::pair<std::int64_t, cudnnBackendDescriptor_t>> tensors_;
   cudnn_descriptor graph_;
   std::vector<cudnn_descriptor> configs_;
-  std::mutex mutex_;  // plan_, pack_, bound_
-  cudnn_descriptor plan_, pack_;
+  std::vector<cudnn_descriptor> plans_;  // per configuration, built by use()
+  std::mutex mutex_;                     // pack_, bound_, workspace_, chosen_
+  cudnn_descriptor pack_;
   CUdeviceptr bound_[4] = {};
   device_buffer workspace_;
   int chosen_ = -1;

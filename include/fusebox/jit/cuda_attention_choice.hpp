@@ -98,6 +98,7 @@ class attention_chooser {
     if (best < 0) return remember(problem, nullptr);
     try {
       built->use(static_cast<std::size_t>(best));
+      built->drop_others();
     } catch (const fusebox::error& e) {
       log(log_category::autotune, "attention " + p.key() + ": cuDNN configuration " + std::to_string(best) +
                                       " failed to build, fusebox's kernel: " + e.what());
