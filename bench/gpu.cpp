@@ -49,9 +49,10 @@ auto w3 = [](auto x, auto w1_, auto b1, auto w2_, auto b2, auto w3_, auto b3) {
 // torch_reference.py's W4), residuals, biases on every projection (GPT-2's). Tokens are rows
 // [B*T, d]; a projection's output [B*T, d] reshaped to [B, T, H, 64] is the heads as attention()
 // takes them (flash-attn's layout), and its result reshaped back is the heads concatenated, so no
-// transposes or copies. Two compiled functions, the attention half and the MLP half (regional
-// compilation: as one expression, the residual `h` used twice would copy the attention subtree
-// past ir::max_expanded_nodes).
+// transposes or copies. W4 is the block as one compiled function (as torch_reference.py compiles
+// it: one CUDA graph a call); W4_regional is the same block as two compiled functions, the
+// attention half and the MLP half (regional compilation: two graphs a call, ~1.8 µs more on an
+// H100 for the second graph launch, build-proto-style measurement in docs/benchmarks.md run T).
 constexpr std::size_t w4_b = 8, w4_t = 256, w4_d = 768, w4_h = 12, w4_dh = 64, w4_tok = w4_b * w4_t;
 /// Whether a max_autotune W4 in this process chose cuDNN's attention (a later one finds the choice made).
 inline bool w4_attention_was_cudnn = false;
@@ -71,6 +72,10 @@ auto w4_attention = [](auto x, auto g1, auto be1, auto wqkv, auto bqkv, auto wo,
 auto w4_mlp = [](auto h, auto g2, auto be2, auto w1_, auto b1, auto w2_, auto b2) {
   auto f = fb::gelu_tanh(fb::matmul(fb::layer_norm(h, g2, be2, 1e-5f), w1_) + b1);
   return h + fb::matmul(f, w2_) + b2;
+};
+auto w4_block = [](auto x, auto g1, auto be1, auto wqkv, auto bqkv, auto wo, auto bo, auto g2, auto be2, auto w1_,
+                   auto b1, auto w2_, auto b2) {
+  return w4_mlp(w4_attention(x, g1, be1, wqkv, bqkv, wo, bo), g2, be2, w1_, b1, w2_, b2);
 };
 
 template <std::size_t... E>
@@ -403,9 +408,10 @@ void run_w5(const limits& lim, fb::mode mode, bool quick) {
   add(r);
 }
 
-/// W4 in bfloat16 at one mode: time, and the double reference of two tokens of sequence 0 (all of
-/// its keys and values are computed, from the bfloat16-rounded inputs the model sees).
-void run_w4(const limits& lim, fb::mode mode, bool quick) {
+/// W4 in bfloat16 at one mode, as one compiled function or (`regional`) two: time, and the double
+/// reference of two tokens of sequence 0 (all of its keys and values are computed, from the
+/// bfloat16-rounded inputs the model sees).
+void run_w4(const limits& lim, fb::mode mode, bool quick, bool regional) {
   using bf = fb::bfloat16;
   constexpr std::size_t B = w4_b, T = w4_t, D = w4_d, H = w4_h, DH = w4_dh, TOK = w4_tok, F = 4 * D;
   host<TOK, D> x;
@@ -447,7 +453,9 @@ void run_w4(const limits& lim, fb::mode mode, bool quick) {
   const std::size_t cudnn0 = fb::jit::attention_chooser::instance().cudnn_chosen();
   auto attention = fb::compile(w4_attention, fb::options{.mode = mode});
   auto mlp = fb::compile(w4_mlp, fb::options{.mode = mode});
+  auto block = fb::compile(w4_block, fb::options{.mode = mode});
   auto call = [&] {
+    if (!regional) return block(dx, dg1, dbe1, dwqkv, dbqkv, dwo, dbo, dg2, dbe2, dw1, db1, dw2, db2);
     const auto h = attention(dx, dg1, dbe1, dwqkv, dbqkv, dwo, dbo);
     return mlp(h, dg2, dbe2, dw1, db1, dw2, db2);
   };
@@ -521,7 +529,7 @@ void run_w4(const limits& lim, fb::mode mode, bool quick) {
   }
   const double flops = 24.0 * TOK * D * D + 4.0 * B * D * (T * (T + 1) / 2);
   const double bytes = 2.0 * (12.0 * D * D + 13.0 * D) + 2.0 * 2.0 * TOK * D;
-  bench::record r{"W4", "fusebox",
+  bench::record r{regional ? "W4_regional" : "W4", "fusebox",
                   mode == fb::mode::reduce_overhead ? "reduce_overhead" : mode == fb::mode::max_autotune ? "max_autotune"
                                                                                                           : "default"};
   r.set(t);
@@ -534,8 +542,8 @@ void run_w4(const limits& lim, fb::mode mode, bool quick) {
   const bool cudnn_attention = fb::jit::attention_chooser::instance().cudnn_chosen() > cudnn0 ||
                                (mode == fb::mode::max_autotune && w4_attention_was_cudnn);
   if (mode == fb::mode::max_autotune) w4_attention_was_cudnn = cudnn_attention;
-  r.note = std::string("bfloat16; two compiled calls (attention half, MLP half); host wall per block, one sync per "
-                       "batch of calls; floor: bytes only; attention: ") +
+  r.note = std::string(regional ? "bfloat16; two compiled calls (attention half, MLP half)" : "bfloat16; one compiled call") +
+           "; host wall per block, one sync per batch of calls; floor: bytes only; attention: " +
            (cudnn_attention ? "cuDNN's fused attention (chosen by timing)"
             : mode == fb::mode::max_autotune ? "fusebox's flash kernel (chosen by timing)"
                                              : "fusebox's flash kernel (tensor cores)");
@@ -691,8 +699,9 @@ int main(int argc, char** argv) {
     run_w3<float>(lim, mode, quick);
     run_w3<fb::bfloat16>(lim, mode, quick);
   }
-  for (fb::mode mode : {fb::mode::default_, fb::mode::reduce_overhead, fb::mode::max_autotune})
-    if (want("W4")) run_w4(lim, mode, quick);
+  for (bool regional : {false, true})
+    for (fb::mode mode : {fb::mode::default_, fb::mode::reduce_overhead, fb::mode::max_autotune})
+      if (want(regional ? "W4_regional" : "W4")) run_w4(lim, mode, quick, regional);
   for (fb::mode mode : {fb::mode::default_, fb::mode::reduce_overhead, fb::mode::max_autotune})
     if (want("W5")) run_w5(lim, mode, quick);
   if (only == "attention") {  // W4's attention alone (bf16, causal, 12 heads of 64, 256 tokens) at two batches

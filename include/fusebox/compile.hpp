@@ -105,7 +105,6 @@ decltype(auto) unwrap(Out&& outs) {
 template <class D, class T, std::size_t N, class Program>
 void run_cuda_program(const Program& prog, const cpu::frame<T, N>& f, const jit::call_facts& facts,
                       std::unique_ptr<jit::cuda_runtime>& rt, const options& o, bool graphs) {
-  const auto concrete = jit::specialise(prog.graph, facts.extents);
   cpu::frame<T, D::NB> g;
   for (std::size_t i = 0; i < N; ++i) {
     g.loc[i] = f.loc[i];
@@ -118,8 +117,9 @@ void run_cuda_program(const Program& prog, const cpu::frame<T, N>& f, const jit:
     rt->autotune = o.mode == mode::max_autotune;
   }
   // max_autotune is reduce_overhead plus tuning, as in torch.compile.
+  auto concrete = [&] { return jit::specialise(prog.graph, facts.extents); };
   if (o.mode != mode::default_ && graphs) prog.run_graph(g, concrete, facts.extents, *rt);
-  else prog.run(g, concrete, *rt);
+  else prog.run(g, concrete(), *rt);
 }
 
 }  // namespace detail

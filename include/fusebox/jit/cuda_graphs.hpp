@@ -77,6 +77,18 @@ class cuda_graph_cache {
     entries_.back().exec.launch(on);
   }
 
+  /// Queues the graph for `key` on `on` if the cache has it; false (nothing queued) if not.
+  bool replay(const graph_key& key, cuda::CUstream on) {
+    for (entry& e : entries_)
+      if (e.key == key) {
+        e.used = ++clock_;
+        counters().graph_replays.fetch_add(1, std::memory_order_relaxed);
+        e.exec.launch(on);
+        return true;
+      }
+    return false;
+  }
+
   /// Drops every graph (the arena they point into moved).
   void clear() noexcept { entries_.clear(); }
   std::size_t size() const noexcept { return entries_.size(); }
