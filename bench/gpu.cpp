@@ -52,7 +52,7 @@ auto w3 = [](auto x, auto w1_, auto b1, auto w2_, auto b2, auto w3_, auto b3) {
 // transposes or copies. W4 is the block as one compiled function (as torch_reference.py compiles
 // it: one CUDA graph a call); W4_regional is the same block as two compiled functions, the
 // attention half and the MLP half (regional compilation: two graphs a call, ~1.8 µs more on an
-// H100 for the second graph launch, build-proto-style measurement in docs/benchmarks.md run T).
+// H100 for the second graph launch: bench/graph_gap.cu, docs/benchmarks.md run T).
 constexpr std::size_t w4_b = 8, w4_t = 256, w4_d = 768, w4_h = 12, w4_dh = 64, w4_tok = w4_b * w4_t;
 /// Whether a max_autotune W4 in this process chose cuDNN's attention (a later one finds the choice made).
 inline bool w4_attention_was_cudnn = false;
