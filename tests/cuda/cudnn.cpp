@@ -37,11 +37,11 @@ stored make_stored(std::size_t n, std::uint64_t seed, bool bf16) {
     double v;
     if (bf16) {
       const auto r = fb::bfloat16::from_float(x);
-      std::memcpy(&b, &r, 2);
+      b = r.bits;
       v = r.to_float();
     } else {
       const auto r = fb::float16::from_float(x);
-      std::memcpy(&b, &r, 2);
+      b = r.bits;
       v = r.to_float();
     }
     s.value.push_back(v);
@@ -52,11 +52,11 @@ stored make_stored(std::size_t n, std::uint64_t seed, bool bf16) {
 double from_bits(std::uint16_t b, bool bf16) {
   if (bf16) {
     fb::bfloat16 r;
-    std::memcpy(&r, &b, 2);
+    r.bits = b;
     return r.to_float();
   }
   fb::float16 r;
-  std::memcpy(&r, &b, 2);
+  r.bits = b;
   return r.to_float();
 }
 

@@ -167,8 +167,9 @@ class cudnn_attention {
       plans_[i] = std::move(plan);
     }
     std::int64_t bytes = 0, n = 0;
-    cudnn_check(cudnn().get_attribute(plans_[i].get(), ce::execution_plan_workspace_size, ce::type_int64, 1, &n, &bytes),
-                "cudnnBackendGetAttribute (workspace size)");
+    cudnn_check(
+        cudnn().get_attribute(plans_[i].get(), ce::execution_plan_workspace_size, ce::type_int64, 1, &n, &bytes),
+        "cudnnBackendGetAttribute (workspace size)");
     std::lock_guard lock(mutex_);
     if (bytes > 0) workspace_.ensure(static_cast<std::size_t>(bytes));
     pack_ = cudnn_descriptor();  // the workspace may have moved
@@ -211,7 +212,8 @@ class cudnn_attention {
     }
     std::lock_guard use_handle(ctx.mutex);
     cudnn_check(cudnn().set_stream(ctx.handle, on), "cudnnSetStream");
-    cudnn_check(cudnn().execute(ctx.handle, plans_[static_cast<std::size_t>(chosen_)].get(), pack_.get()), "cudnnBackendExecute (attention)");
+    const cudnnBackendDescriptor_t plan = plans_[static_cast<std::size_t>(chosen_)].get();
+    cudnn_check(cudnn().execute(ctx.handle, plan, pack_.get()), "cudnnBackendExecute (attention)");
     return true;
   }
 

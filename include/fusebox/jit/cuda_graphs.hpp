@@ -45,14 +45,8 @@ class cuda_graph_cache {
   /// where the cache has none. `what` names the function in logs.
   template <class Enqueue>
   void run(const graph_key& key, cuda::CUstream on, Enqueue&& enqueue, std::string_view what) {
+    if (replay(key, on)) return;
     ++clock_;
-    for (entry& e : entries_)
-      if (e.key == key) {
-        e.used = clock_;
-        counters().graph_replays.fetch_add(1, std::memory_order_relaxed);
-        e.exec.launch(on);
-        return;
-      }
     cuda::graph recorded = cuda::capture(on, enqueue);
     counters().graph_captures.fetch_add(1, std::memory_order_relaxed);
     if (entries_.size() >= cap_) {
