@@ -197,6 +197,11 @@ bench::timing time_device(F&& fn, bool quick) {
   return summarise(us, warmup);
 }
 
+/// The host's own time per call in the last time_host (the calls queued, before the batch's
+/// synchronisation), median over the batches: where it is close to the wall time per call, the
+/// workload is bound by the host's work per call, not by the device.
+double last_enqueue_us = 0;
+
 /// Host wall time per call of N back-to-back calls with one synchronisation after them (N sized
 /// to about 20 ms, 50 ms in a full run), median over 7 (15) batches: torch_reference.py's W3 timing.
 template <class F>
@@ -210,13 +215,15 @@ bench::timing time_host(F&& fn, bool quick) {
   fb::cuda::synchronize();
   const double est = seconds(t0) / 5;
   const int n = static_cast<int>(std::clamp(batch_s / std::max(est, 1e-7), 10.0, 2000.0));
-  std::vector<double> us;
+  std::vector<double> us, enqueue_us;
   for (int b = 0; b < batches; ++b) {
     t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < n; ++i) fn();
+    enqueue_us.push_back(seconds(t0) / n * 1e6);
     fb::cuda::synchronize();
     us.push_back(seconds(t0) / n * 1e6);
   }
+  last_enqueue_us = bench::summarise(std::move(enqueue_us)).median_us;
   return summarise(us, warmup);
 }
 
@@ -334,7 +341,7 @@ void run_w3(const limits& lim, fb::mode mode, bool quick) {
     r.floor_us = std::max(bytes / (lim.gbps * 1e9), peak > 0 ? flops / (peak * 1e12) : 0.0) * 1e6;
     r.compile_s = first;
     r.max_rel_err = rel_err(got, ref);
-    r.note = std::string("host wall per call, one sync per batch of calls") +
+    r.note = std::string("host wall per call, one sync per batch of calls") + fmt(" (the host's own part %.1f us)", last_enqueue_us) +
              (peak > 0 ? "" : "; floor: bytes only (16-bit GEMM peak not measured)");
     add(r);
   }
@@ -403,7 +410,8 @@ void run_w5(const limits& lim, fb::mode mode, bool quick) {
   r.floor_us = std::max(r.bytes / (lim.gbps * 1e9), r.flops / (lim.f32_tflops * 1e12)) * 1e6;
   r.compile_s = first;
   if (!quick) r.max_rel_err = std::abs(first_loss - ref) / std::abs(ref);
-  r.note = fmt("training step: compiled value_and_grad + fused AdamW (one launch); first loss %.6g", first_loss) +
+  r.note = fmt("training step: compiled value_and_grad + fused AdamW (one launch); the host's own part %.1f us; first loss %.6g",
+               last_enqueue_us, first_loss) +
            (quick ? std::string("; loss reference skipped (--quick)") : fmt(" (float64 %.6g)", ref));
   add(r);
 }
@@ -543,7 +551,8 @@ void run_w4(const limits& lim, fb::mode mode, bool quick, bool regional) {
                                (mode == fb::mode::max_autotune && w4_attention_was_cudnn);
   if (mode == fb::mode::max_autotune) w4_attention_was_cudnn = cudnn_attention;
   r.note = std::string(regional ? "bfloat16; two compiled calls (attention half, MLP half)" : "bfloat16; one compiled call") +
-           "; host wall per block, one sync per batch of calls; floor: bytes only; attention: " +
+           fmt("; host wall per block, one sync per batch of calls (the host's own part %.1f us); floor: bytes only; attention: ",
+               last_enqueue_us) +
            (cudnn_attention ? "cuDNN's fused attention (chosen by timing)"
             : mode == fb::mode::max_autotune ? "fusebox's flash kernel (chosen by timing)"
                                              : "fusebox's flash kernel (tensor cores)");
