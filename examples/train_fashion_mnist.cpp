@@ -20,9 +20,10 @@
 //
 // --device cuda (auto, the default, picks it when fb::cuda::available()) runs the same recipe with
 // the same seeds on the GPU: the parameters are uploaded once (the same initial values), the loader
-// collates each batch into page-locked memory (pin_memory, a small recycling pool of
-// cuda::pinned_buffer) and one worker thread, the batch is copied asynchronously into device tensors
-// on the work stream, the step is the same objective compiled with device tensors
+// collates each batch into page-locked memory (pin_memory: the library's recycling pinned pool) on
+// one worker thread, and a cuda::uploader copies batch k + 1 into the second of two device slots
+// on its own stream while step k runs (double buffering), the step is the same objective compiled
+// with device tensors
 // (compile(value_and_grad) on the CUDA backend), the update is optim::cuda_adamw, and the test set
 // is uploaded once and run through a compiled eval forward on the device; the [500, 10] logits are
 // downloaded and their argmax taken on the host. Each step reads its loss back (as the CPU loop
@@ -42,7 +43,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -52,6 +52,7 @@
 #include <fusebox/data/progress.hpp>
 #include <fusebox/fusebox.hpp>
 #include <fusebox/nn/nn.hpp>
+#include <fusebox/cuda/uploader.hpp>
 #include <fusebox/optim/cuda_adamw.hpp>
 
 #include "fashion_cnn.hpp"
@@ -197,37 +198,6 @@ int train(const options& opt, fb::data::fashion_mnist& data) {
 
 // --- The GPU path (--device cuda) ------------------------------------------------------------
 
-/// Page-locked batch storage for the loader's pin_memory hook: buffers are recycled (cuMemAllocHost
-/// and cuMemFreeHost cost far more than a batch's copy), and handed out from any thread (the
-/// loader's worker). A batch gives its buffers back when the loader drops it, after the step that
-/// copied from it has read its loss, so the copy is done before the buffer is reused. The pool
-/// must outlive the loader.
-class pinned_pool {
- public:
-  fb::storage_ptr allocate(std::size_t bytes) {
-    std::unique_ptr<fb::cuda::pinned_buffer> b;
-    {
-      std::lock_guard lock(mutex_);
-      for (auto it = free_.begin(); it != free_.end(); ++it)
-        if ((*it)->size() == bytes) {
-          b = std::move(*it);
-          free_.erase(it);
-          break;
-        }
-    }
-    if (!b) b = std::make_unique<fb::cuda::pinned_buffer>(bytes);
-    fb::cuda::pinned_buffer* raw = b.release();
-    return fb::storage_ptr(static_cast<std::byte*>(raw->data()), [this, raw](std::byte*) {
-      std::lock_guard lock(mutex_);
-      free_.emplace_back(raw);
-    });
-  }
-
- private:
-  std::mutex mutex_;
-  std::vector<std::unique_ptr<fb::cuda::pinned_buffer>> free_;
-};
-
 /// One batch in page-locked memory: images [batch, 784] and one-hot labels [batch, 10], row-major.
 struct pinned_batch {
   fb::storage_ptr x, y;
@@ -284,16 +254,18 @@ device_result train_cuda(const options& opt, fb::data::fashion_mnist& data) {
 
   using x_t = fb::cuda::tensor<float, typename Model::template input_shape<batch>>;
   using y_t = fb::cuda::tensor<float, fb::shape<batch, classes>>;
-  x_t dx;
-  y_t dy;
-  auto run_step = [&] { return std::apply([&](const auto&... p) { return step(dx, dy, p...); }, dparams); };
+  x_t dx[2];  // two slots: batch k + 1 is copied into one while step k reads the other
+  y_t dy[2];
+  auto run_step = [&](std::size_t slot) {
+    return std::apply([&](const auto&... p) { return step(dx[slot], dy[slot], p...); }, dparams);
+  };
 
   // Probe: one step on a zero batch (nothing is updated) compiles the device program, or says why
   // there is none.
   try {
-    fb::cuda::fill_bytes(reinterpret_cast<fb::cuda::CUdeviceptr>(dx.data()), 0, dx.size() * sizeof(float));
-    fb::cuda::fill_bytes(reinterpret_cast<fb::cuda::CUdeviceptr>(dy.data()), 0, dy.size() * sizeof(float));
-    auto [l, g] = run_step();
+    fb::cuda::fill_bytes(reinterpret_cast<fb::cuda::CUdeviceptr>(dx[0].data()), 0, dx[0].size() * sizeof(float));
+    fb::cuda::fill_bytes(reinterpret_cast<fb::cuda::CUdeviceptr>(dy[0].data()), 0, dy[0].size() * sizeof(float));
+    auto [l, g] = run_step(0);
     (void)l.to_host();
   } catch (const std::exception& e) {
     if (std::string(workload) != "T2") throw;
@@ -321,15 +293,14 @@ device_result train_cuda(const options& opt, fb::data::fashion_mnist& data) {
     test_x.emplace_back(x);
   }
 
-  pinned_pool pool;  // before the loader: its batches give buffers back to it
   fb::data::loader<const fb::data::image_set&, pinned_collate> batches(
-      data.train, {.batch_size = batch,
-                   .shuffle = true,
-                   .drop_last = true,
-                   .num_workers = 1,
-                   .seed = opt.seed,
-                   .pin_memory = true,
-                   .pinned_allocator = [&pool](std::size_t bytes) { return pool.allocate(bytes); }});
+      data.train, {.batch_size = batch, .shuffle = true, .drop_last = true, .num_workers = 1, .seed = opt.seed,
+                   .pin_memory = true});
+  fb::cuda::uploader uploader;
+  auto upload = [&](const pinned_batch& b, std::size_t slot) {
+    uploader.copy(dy[slot], b.y);
+    return uploader.copy(dx[slot], b.x);  // the later ticket: use() of it covers both copies
+  };
   fb::data::progress_bar bar(train_n / batch * batch);
   std::printf("%s Fashion-MNIST on %s (%s, %d SMs), model %s (%zu parameters), AdamW lr %g (%s) wd %g, batch %zu, "
               "seed %llu, %zu train / %zu test samples\n",
@@ -337,7 +308,6 @@ device_result train_cuda(const options& opt, fb::data::fashion_mnist& data) {
               opt.schedule.c_str(), opt.weight_decay, batch, static_cast<unsigned long long>(opt.seed), train_n, test_n);
   std::printf("%5s  %10s  %9s  %9s  %8s  %10s\n", "epoch", "train loss", "test acc", "train s", "test s", "samples/s");
 
-  auto& stream = fb::cuda::work_stream();
   std::vector<double> epoch_seconds;
   double accuracy = 0, rate = 0;
   for (int epoch = 0; epoch < opt.epochs; ++epoch) {
@@ -346,15 +316,19 @@ device_result train_cuda(const options& opt, fb::data::fashion_mnist& data) {
     const auto t0 = std::chrono::steady_clock::now();
     double loss_sum = 0;
     std::size_t steps = 0;
-    for (auto& b : batches) {
-      // Queued on the work stream: after the previous step, before this one.
-      fb::cuda::copy_to_device_async(reinterpret_cast<fb::cuda::CUdeviceptr>(dx.data()), b.x.get(),
-                                     batch * pixels * sizeof(float), stream.get());
-      fb::cuda::copy_to_device_async(reinterpret_cast<fb::cuda::CUdeviceptr>(dy.data()), b.y.get(),
-                                     batch * classes * sizeof(float), stream.get());
-      auto [loss, grads] = run_step();
+    auto it = batches.begin();
+    fb::cuda::uploader::ticket next{};
+    if (it != batches.end()) next = upload(*it, 0);
+    while (it != batches.end()) {
+      const std::size_t slot = steps % 2;
+      uploader.use(next);  // step `steps` starts after its batch's copy
+      ++it;
+      // Queued before the step, on the uploader's stream: overlaps it (and waits for the step
+      // that last read the other slot, queued before).
+      if (it != batches.end()) next = upload(*it, 1 - slot);
+      auto [loss, grads] = run_step(slot);
       adam.step(grads);
-      loss_sum += loss.to_host().flat(0);  // waits for the step: b's pinned buffers are free after this
+      loss_sum += loss.to_host().flat(0);  // waits for the step
       ++steps;
       bar.update(steps * batch, loss_sum / static_cast<double>(steps));
     }

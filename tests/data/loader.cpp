@@ -529,7 +529,42 @@ TEST_CASE("loader: pin_memory allocates every batch through the pinned allocator
       CHECK(allocated.count(rows.storage.get()) == 0);
     }
   }
-  REQUIRE_THROWS_WITH(data::loader(numbers{5}, {.pin_memory = true}), Contains("pin_memory needs a pinned_allocator"));
+}
+
+// With no allocator of its own, pin_memory takes the CUDA backend's shared pinned pool; where CUDA
+// cannot run (CI) the loader says so once and loads into ordinary memory, as torch's does.
+TEST_CASE("loader: pin_memory without an allocator pins where CUDA runs, else warns and loads as usual",
+          "[data][loader]") {
+  std::string logged;
+  fusebox::jit::set_log_sink([&](std::string_view line) { logged += line; });
+  const bool cuda_here = fusebox::cuda::available();
+  for (std::size_t workers : {0u, 2u}) {
+    data::loader loader(numbers{50}, {.batch_size = 8, .shuffle = true, .num_workers = workers, .seed = 3,
+                                      .pin_memory = true});
+    CHECK(loader.pinned() == cuda_here);
+    std::vector<std::int64_t> seen;
+    for (auto& [rows, ids] : loader) {
+      REQUIRE(rows.shape == std::vector<std::size_t>{ids.shape[0], 2});
+      for (std::size_t i = 0; i < ids.shape[0]; ++i) {
+        seen.push_back(ids.values()[i]);
+        CHECK(rows.values()[2 * i] == static_cast<float>(ids.values()[i]));
+        CHECK(rows.values()[2 * i + 1] == -static_cast<float>(ids.values()[i]));
+      }
+    }
+    std::sort(seen.begin(), seen.end());
+    CHECK(seen == iota(0, 50));
+  }
+  fusebox::jit::set_log_sink({});
+  if (cuda_here) {
+    CHECK(logged.find("pin_memory") == std::string::npos);
+  } else {
+    // Once per process, naming the option and the reason.
+    const std::string warning = "pin_memory is set but the CUDA backend is unavailable";
+    CHECK_THAT(logged, Contains(warning));
+    CHECK(logged.find(warning) == logged.rfind(warning));
+  }
+  data::loader plain(numbers{5}, {});
+  CHECK_FALSE(plain.pinned());
 }
 
 TEST_CASE("loader: contradictory options are refused by name", "[data][loader]") {

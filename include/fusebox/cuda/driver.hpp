@@ -70,6 +70,7 @@ struct CUgraphExecUpdateResultInfo {
 inline constexpr CUresult CUDA_SUCCESS = 0;
 inline constexpr CUresult CUDA_ERROR_NO_DEVICE = 100;
 inline constexpr CUresult CUDA_ERROR_STUB_LIBRARY = 34;
+inline constexpr CUresult CUDA_ERROR_NOT_READY = 600;
 // CUdevice_attribute
 inline constexpr int CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
 inline constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
@@ -118,9 +119,11 @@ struct driver_api {
   CUresult (*stream_create)(CUstream*, unsigned flags);           // cuStreamCreate
   CUresult (*stream_destroy)(CUstream);                           // cuStreamDestroy_v2
   CUresult (*stream_synchronize)(CUstream);                       // cuStreamSynchronize
+  CUresult (*stream_wait_event)(CUstream, CUevent, unsigned flags);  // cuStreamWaitEvent
   CUresult (*event_create)(CUevent*, unsigned flags);             // cuEventCreate
   CUresult (*event_record)(CUevent, CUstream);                    // cuEventRecord
   CUresult (*event_synchronize)(CUevent);                         // cuEventSynchronize
+  CUresult (*event_query)(CUevent);                               // cuEventQuery
   CUresult (*event_elapsed_time)(float* ms, CUevent start, CUevent stop);  // cuEventElapsedTime_v2, else cuEventElapsedTime
   CUresult (*event_destroy)(CUevent);                             // cuEventDestroy_v2
 
@@ -211,9 +214,11 @@ inline void load_driver(driver_state& state) {
   bind(api.stream_create, "cuStreamCreate");
   bind(api.stream_destroy, "cuStreamDestroy_v2");
   bind(api.stream_synchronize, "cuStreamSynchronize");
+  bind(api.stream_wait_event, "cuStreamWaitEvent");
   bind(api.event_create, "cuEventCreate");
   bind(api.event_record, "cuEventRecord");
   bind(api.event_synchronize, "cuEventSynchronize");
+  bind(api.event_query, "cuEventQuery");
   // cuda.h 12.8+ maps cuEventElapsedTime to _v2; older drivers export only the first version,
   // with the same signature and meaning for events recorded on one device.
   try {

@@ -142,6 +142,8 @@ class pinned_buffer {
   std::size_t bytes_ = 0;
 };
 
+class event;
+
 /// A CUDA stream. Non-blocking: work on it never waits for the legacy default stream, which
 /// other libraries in the process may be using.
 class stream {
@@ -166,6 +168,8 @@ class stream {
   /// Waits for all work queued on the stream; an error from that work (a faulting kernel)
   /// surfaces here.
   void sync() const { check(driver().stream_synchronize(handle_), "cuStreamSynchronize"); }
+  /// Work queued on this stream from now on starts after `e`'s recorded work (the host does not wait).
+  void wait(const event& e) const;
 
  private:
   void release() noexcept {
@@ -196,12 +200,13 @@ inline stream& work_stream() {
 /// to code that does not use the stream.
 inline void synchronize() { work_stream().sync(); }
 
-/// A CUDA event with timing enabled, for measuring work on a stream.
+/// A CUDA event: timing enabled by default, for measuring work on a stream; CU_EVENT_DISABLE_TIMING
+/// for one that only orders work (cheaper to record and wait on).
 class event {
  public:
-  event() {
+  explicit event(unsigned flags = CU_EVENT_DEFAULT) {
     current_device();
-    check(driver().event_create(&handle_, CU_EVENT_DEFAULT), "cuEventCreate");
+    check(driver().event_create(&handle_, flags), "cuEventCreate");
   }
   event(event&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
   event& operator=(event&& other) noexcept {
@@ -218,6 +223,13 @@ class event {
   CUevent get() const noexcept { return handle_; }
   void record(CUstream on) { check(driver().event_record(handle_, on), "cuEventRecord"); }
   void sync() const { check(driver().event_synchronize(handle_), "cuEventSynchronize"); }
+  /// Whether the work recorded before the event has run (never waits); an event never recorded is done.
+  bool done() const {
+    const CUresult r = driver().event_query(handle_);
+    if (r == CUDA_ERROR_NOT_READY) return false;
+    check(r, "cuEventQuery");
+    return true;
+  }
 
  private:
   void release() noexcept {
@@ -233,6 +245,10 @@ class event {
 
   CUevent handle_ = nullptr;
 };
+
+inline void stream::wait(const event& e) const {
+  check(driver().stream_wait_event(handle_, e.get(), 0), "cuStreamWaitEvent");
+}
 
 /// Milliseconds between two recorded events (waits for `stop`).
 inline float elapsed_ms(const event& start, const event& stop) {

@@ -17,8 +17,11 @@
 //   prefetch_factor                  batches each worker may have loaded or loading ahead
 //   persistent_workers               keep the threads from one epoch to the next
 //   in_order                         true: batches come in sampler order; false: as they are ready
-//   pin_memory                       batch storage from `pinned_allocator` (page-locked memory,
-//                                    which the CUDA backend will provide), else ordinary heap
+//   pin_memory                       batch storage in page-locked memory, so copies to the GPU are
+//                                    asynchronous (cuda/uploader.hpp): from `pinned_allocator` if
+//                                    given, else from cuda::shared_pinned_pool() (recycled
+//                                    buffers). Where CUDA cannot run, the loader warns once and
+//                                    uses ordinary memory, as torch's does; pinned() says which
 // Map-style datasets: batch k of the epoch is loaded by worker k % num_workers, as in torch, so
 // which worker (and which worker seed) loads a sample is reproducible. Iterable datasets: each
 // worker opens its own shard (dataset.hpp) and batches it; batches come from the workers in
@@ -30,7 +33,8 @@
 // sample and joins them. An iterator is single-pass and belongs to its epoch.
 //
 // Depends on: the C++20 standard library, fusebox/core/errors.hpp,
-// fusebox/data/{dataset,sampler,collate,workers}.hpp.
+// fusebox/data/{dataset,sampler,collate,workers}.hpp, fusebox/cuda/pinned_pool.hpp (loaded
+// with dlopen on first use: nothing is linked), fusebox/jit/logs.hpp (the warning).
 #pragma once
 
 #include <algorithm>
@@ -48,10 +52,12 @@
 #include <vector>
 
 #include "fusebox/core/errors.hpp"
+#include "fusebox/cuda/pinned_pool.hpp"
 #include "fusebox/data/collate.hpp"
 #include "fusebox/data/dataset.hpp"
 #include "fusebox/data/sampler.hpp"
 #include "fusebox/data/workers.hpp"
+#include "fusebox/jit/logs.hpp"
 
 namespace fusebox::data {
 
@@ -66,8 +72,33 @@ struct loader_options {
   std::uint64_t seed = 0;
   batch_sampler sampler = {};        // map-style only; excludes batch_size, shuffle, drop_last
   bool pin_memory = false;
-  batch_allocator pinned_allocator = {};  // what pin_memory allocates batches with
+  batch_allocator pinned_allocator = {};  // what pin_memory allocates batches with (default: the
+                                          // CUDA backend's shared pinned pool)
 };
+
+namespace detail {
+
+/// pin_memory's allocator when the options name none: the CUDA backend's shared pool, or, where
+/// CUDA cannot run, nothing (ordinary memory) with a warning saying why, once per process.
+inline batch_allocator default_pinned_allocator() {
+  if (cuda::available())
+    return [](std::size_t bytes) { return cuda::shared_pinned_pool().allocate(bytes); };
+  static const bool warned = [] {
+    std::string why = "no usable CUDA device";
+    try {
+      (void)cuda::current_device();
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    jit::warn("data loader: pin_memory is set but the CUDA backend is unavailable here; batches use "
+              "ordinary memory (" + why + ")");
+    return true;
+  }();
+  (void)warned;
+  return {};
+}
+
+}  // namespace detail
 
 namespace detail {
 
@@ -147,11 +178,14 @@ class loader {
     if (!map_style && (o.sampler || o.shuffle))
       refuse("an iterable dataset decides its own order: shuffle and sampler apply to map-style "
              "datasets only");
-    if (o.pin_memory && !o.pinned_allocator)
-      refuse("pin_memory needs a pinned_allocator that allocates page-locked memory (the CUDA "
-             "backend's); none was given");
-    allocator_ = o.pin_memory ? o.pinned_allocator : batch_allocator{};
+    allocator_ = !o.pin_memory         ? batch_allocator{}
+                 : o.pinned_allocator ? o.pinned_allocator
+                                      : detail::default_pinned_allocator();
   }
+
+  /// Whether batches come from a page-locked allocator (pin_memory, and CUDA runs here or an
+  /// allocator was given).
+  bool pinned() const noexcept { return static_cast<bool>(allocator_); }
 
   loader(const loader&) = delete;  // the workers hold `this`
   loader& operator=(const loader&) = delete;
