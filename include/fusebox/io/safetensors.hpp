@@ -233,13 +233,11 @@ void save_safetensors(const std::filesystem::path& path, const nn::parameter_lis
   std::filesystem::rename(tmp, path);
 }
 
-/// Reads `path` into the parameters' tensors (converting F64/F32/F16/BF16 to T). Nothing is written
-/// unless every parameter is found with its shape (and, with strict, the file holds nothing else).
+/// The same from a file already read (`file` names it in errors): for callers that read its
+/// metadata first.
 template <class T>
-void load_safetensors(const std::filesystem::path& path, const nn::parameter_list<T>& params, bool strict = true,
-                      std::source_location loc = std::source_location::current()) {
-  const std::string file = "load_safetensors: '" + path.string() + "'";
-  const safetensors_file f = read_safetensors(path);
+void load_safetensors(const safetensors_file& f, const std::string& file, const nn::parameter_list<T>& params,
+                      bool strict = true, std::source_location loc = std::source_location::current()) {
   std::vector<const safetensors_entry*> found;
   std::string missing;
   for (const auto& p : params) {
@@ -274,6 +272,14 @@ void load_safetensors(const std::filesystem::path& path, const nn::parameter_lis
     const std::byte* src = f.data.data() + found[k]->begin;
     for (std::size_t i = 0; i < p.size(); ++i) p.data[i] = static_cast<T>(detail::element(found[k]->dtype, src, i));
   }
+}
+
+/// Reads `path` into the parameters' tensors (converting F64/F32/F16/BF16 to T). Nothing is written
+/// unless every parameter is found with its shape (and, with strict, the file holds nothing else).
+template <class T>
+void load_safetensors(const std::filesystem::path& path, const nn::parameter_list<T>& params, bool strict = true,
+                      std::source_location loc = std::source_location::current()) {
+  load_safetensors(read_safetensors(path), "load_safetensors: '" + path.string() + "'", params, strict, loc);
 }
 
 }  // namespace fusebox::io

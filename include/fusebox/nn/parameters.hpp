@@ -50,6 +50,16 @@ class parameter_list {
     items_.push_back({std::move(name), t.data(), t.extents()});
   }
 
+  /// Adds `shape.size()` contiguous elements at `data` that the caller owns (an optimizer's state
+  /// buffers, say) under `name`, unused.
+  void add(std::string name, T* data, const dims& shape, std::source_location loc = std::source_location::current()) {
+    for (const auto& p : items_)
+      if (p.name == name)
+        throw invalid_argument("fusebox::nn::parameter_list::add: the name '" + name + "' is used twice (at " +
+                               where(loc) + ")");
+    items_.push_back({std::move(name), data, shape});
+  }
+
   std::size_t size() const noexcept { return items_.size(); }
   const named_parameter<T>& operator[](std::size_t i) const { return items_[i]; }
   auto begin() const noexcept { return items_.begin(); }

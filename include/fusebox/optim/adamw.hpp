@@ -15,6 +15,7 @@
 // Depends on: optim/multi_tensor.hpp.
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <source_location>
 
@@ -89,6 +90,7 @@ class adamw : public detail::multi_tensor<T, adamw_options, 3> {
 
   /// Adam's moments of parameter i: exp_avg (k = 0), exp_avg_sq (1), max_exp_avg_sq (2).
   using base::state;
+  static constexpr std::array<const char*, 3> state_names = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
 
  private:
   template <class V>

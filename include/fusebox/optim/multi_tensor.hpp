@@ -81,6 +81,14 @@ class multi_tensor {
   std::size_t parameter_count() const noexcept { return params_.size(); }
   /// State buffer k of parameter i (momentum, exp_avg, ...), as many elements as the parameter.
   T* state(std::size_t k, std::size_t i) { return state_[k].get() ? reinterpret_cast<T*>(state_[k].get()) + offset_[i] : nullptr; }
+  const T* state(std::size_t k, std::size_t i) const {
+    return state_[k].get() ? reinterpret_cast<const T*>(state_[k].get()) + offset_[i] : nullptr;
+  }
+  /// Kinds of state per parameter, and parameter i over every group (in order).
+  static constexpr std::size_t state_kinds = States;
+  const nn::named_parameter<T>& parameter(std::size_t i) const { return params_.at(i); }
+  /// The optimizer's name ("adamw", "sgd").
+  const char* name() const noexcept { return name_; }
   /// Tasks of one step (the chunk table's size).
   std::size_t tasks() const noexcept { return chunks_.size(); }
 

@@ -10,6 +10,7 @@
 // Depends on: optim/multi_tensor.hpp.
 #pragma once
 
+#include <array>
 #include <source_location>
 
 #include "fusebox/optim/multi_tensor.hpp"
@@ -31,6 +32,9 @@ class sgd : public detail::multi_tensor<T, sgd_options, 1> {
   using base = detail::multi_tensor<T, sgd_options, 1>;
 
  public:
+  /// The state kept per parameter (torch's name for it).
+  static constexpr std::array<const char*, 1> state_names = {"momentum_buffer"};
+
   sgd(const nn::parameter_list<T>& params, const sgd_options& o = {}) : base("sgd", o.threads) {
     add_param_group(params, o);
   }
