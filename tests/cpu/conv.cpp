@@ -3,7 +3,8 @@
 // col2im) and the weight gradient (the batch summed in the C tiles), each against a naive double
 // reference on fresh random inputs, every element; float and double (different MR / NR, so
 // different panel remainders); shapes where O is not a multiple of MR and the pixels not a
-// multiple of NR, stride 2 with padding, non-contiguous x, g and w (the general packing paths);
+// multiple of NR, stride 2 with padding, non-contiguous x, g and w (the general packing paths),
+// unit strides without padding (the direct gather and col2im);
 // the forward epilogue called once for each output row run; results equal bit for bit on 1, 2
 // and 3 threads.
 //
@@ -170,6 +171,8 @@ const conv_case cases[] = {
     {2, 3, 11, 9, 13, 3, 2, 2, 1, false},    // O % MR, P % NR, stride 2, padding, KH != KW
     {5, 4, 7, 10, 9, 3, 3, 1, 2, true},      // padding wider than a row's reach; strided x, g, w
     {1, 2, 5, 5, 3, 5, 5, 1, 0, false},      // one output pixel
+    {2, 3, 9, 7, 5, 3, 3, 1, 0, false},      // unit strides, no padding: runs of 5 pixels across panels
+    {2, 3, 9, 7, 5, 3, 3, 1, 0, true},       // the same with strided operands (the general gather)
 };
 
 }  // namespace

@@ -94,6 +94,21 @@ template <class T>
 void col2im(const T* dcol, const conv_geometry& g, T* dx) {
   const std::size_t P = g.pixels();
   std::fill(dx, dx + g.c * g.h * g.w, T(0));
+  if (g.ph == 0 && g.pw == 0 && g.sh == 1 && g.sw == 1) {
+    // Unit strides, no padding: every window is inside the image; the same adds in the same
+    // order as below, without the range arithmetic per (c, kh, kw).
+    for (std::size_t c = 0; c < g.c; ++c)
+      for (std::size_t kh = 0; kh < g.kh; ++kh)
+        for (std::size_t kw = 0; kw < g.kw; ++kw) {
+          const T* src = dcol + ((c * g.kh + kh) * g.kw + kw) * P;
+          for (std::size_t oh = 0; oh < g.oh; ++oh) {
+            T* d = dx + (c * g.h + oh + kh) * g.w + kw;
+            const T* s = src + oh * g.ow;
+            for (std::size_t ow = 0; ow < g.ow; ++ow) d[ow] += s[ow];
+          }
+        }
+    return;
+  }
   for (std::size_t c = 0; c < g.c; ++c)
     for (std::size_t kh = 0; kh < g.kh; ++kh)
       for (std::size_t kw = 0; kw < g.kw; ++kw) {
@@ -221,6 +236,27 @@ void pack_image_panel(const strided<T>& x, std::size_t n, const conv_geometry& g
   const T* img = x.data + static_cast<std::ptrdiff_t>(n) * x.stride[0];
   const bool unit = g.sw == 1 && s3 == 1;
   T* d = panel;
+  if (unit && g.sh == 1 && g.ph == 0 && g.pw == 0) {
+    // Unit strides, no padding: every window lies inside the image, so each run is a plain copy
+    // from a fixed offset of the (c, kh, kw) row's corner. The range arithmetic per row below
+    // cost as much as the copies (T2's conv 2: runs of 8 pixels): conv 2's forward 12.8 -> 9.6 ms.
+    std::ptrdiff_t from[NR + 1];
+    for (std::size_t r = 0; r < nruns; ++r)
+      from[r] = static_cast<std::ptrdiff_t>(runs[r].oh) * s2 + static_cast<std::ptrdiff_t>(runs[r].ow);
+    for (std::size_t c = 0; c < g.c; ++c)
+      for (std::size_t kh = 0; kh < g.kh; ++kh)
+        for (std::size_t kw = 0; kw < g.kw; ++kw, d += NR) {
+          const T* corner = img + static_cast<std::ptrdiff_t>(c) * s1 + static_cast<std::ptrdiff_t>(kh) * s2 +
+                            static_cast<std::ptrdiff_t>(kw);
+          for (std::size_t r = 0; r < nruns; ++r) {
+            const T* src = corner + from[r];
+            T* o = d + runs[r].j;
+            for (std::size_t t = 0; t < runs[r].m; ++t) o[t] = src[t];
+          }
+          for (std::size_t j = cnt; j < NR; ++j) d[j] = T(0);
+        }
+    return;
+  }
   for (std::size_t c = 0; c < g.c; ++c)
     for (std::size_t kh = 0; kh < g.kh; ++kh)
       for (std::size_t kw = 0; kw < g.kw; ++kw, d += NR) {
