@@ -11,7 +11,8 @@
 // Batch memory comes from a batch_allocator, the loader's hook for pin_memory: the default is
 // fusebox's ordinary 64-byte-aligned heap storage (allocate_storage), the same storage_ptr that
 // tensors own, so a batch can become a tensor view without a copy. A page-locked allocator (the
-// CUDA backend's, once written) goes in the same hook. Nothing here includes a CUDA header.
+// CUDA backend's cuda::pinned_pool, which the loader's pin_memory uses) goes in the same hook.
+// Nothing here includes a CUDA header.
 //
 // Depends on: the C++20 standard library, fusebox/core/{errors,storage}.hpp.
 #pragma once
