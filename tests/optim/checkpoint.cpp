@@ -1,7 +1,8 @@
 // tests/optim/checkpoint.cpp: include/fusebox/optim/checkpoint.hpp. A run saved after three steps
 // and resumed in a fresh optimizer (and fresh parameters loaded from their own file) must continue
 // bit for bit as the uninterrupted run, for AdamW (with amsgrad, where the third moment matters)
-// and SGD (momentum, whose first-step rule depends on the step count), with two parameter groups,
+// and SGD (momentum, whose first-step rule depends on the step count), AdamW without amsgrad (whose
+// file holds only the two moments a step reads), with two parameter groups,
 // a learning rate changed mid-run, and fresh random gradients each step. Every element of every
 // parameter and state buffer is compared exactly. Loading into an optimizer that does not match
 // the file is refused by name, and a refused load changes nothing.
@@ -141,6 +142,11 @@ TEST_CASE("optim: AdamW (amsgrad) resumed from its saved state continues bit for
       fb::optim::adamw_options{.lr = 3e-3, .beta1 = 0.8, .beta2 = 0.99, .weight_decay = 0.3, .amsgrad = true});
 }
 
+TEST_CASE("optim: AdamW without amsgrad saves the two moments a step reads, and resumes bit for bit") {
+  resume_matches_uninterrupted<fb::optim::adamw<float>>(fb::optim::adamw_options{.lr = 1e-2, .weight_decay = 0.05},
+                                                        fb::optim::adamw_options{.lr = 3e-3, .beta2 = 0.99});
+}
+
 TEST_CASE("optim: SGD with momentum resumed from its saved state continues bit for bit") {
   resume_matches_uninterrupted<fb::optim::sgd<float>>(
       fb::optim::sgd_options{.lr = 1e-2, .momentum = 0.9, .dampening = 0.1, .weight_decay = 1e-3},
@@ -154,6 +160,12 @@ TEST_CASE("optim: loading state that does not fit the optimizer is refused by na
   train(adam, m, 0, 2);
   const auto saved = dir.path / "adamw.safetensors";
   fb::optim::save_state(saved, adam);
+  CHECK(fb::io::read_safetensors(saved).entries.size() == 3 * 2);  // exp_avg, exp_avg_sq: no amsgrad
+
+  // Files and optimizers must agree on amsgrad (the third moment's tensors).
+  model ams_model(3);
+  auto ams = make<fb::optim::adamw<float>>(ams_model, {.lr = 1e-2, .amsgrad = true}, {.lr = 1e-3});
+  CHECK_THROWS_WITH(fb::optim::load_state(saved, ams), Contains("missing 'state.0.max_exp_avg_sq'"));
 
   model other(2);
   auto sgd = make<fb::optim::sgd<float>>(other, {.lr = 1e-2, .momentum = 0.9}, {.lr = 1e-2});

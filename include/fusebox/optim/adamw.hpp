@@ -91,6 +91,13 @@ class adamw : public detail::multi_tensor<T, adamw_options, 3> {
   /// Adam's moments of parameter i: exp_avg (k = 0), exp_avg_sq (1), max_exp_avg_sq (2).
   using base::state;
   static constexpr std::array<const char*, 3> state_names = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+  /// The state kinds a step reads (the first n of state_names): max_exp_avg_sq only with amsgrad
+  /// in some group. What a checkpoint saves.
+  std::size_t live_state_kinds() const {
+    for (const auto& g : this->groups_)
+      if (g.options.amsgrad) return 3;
+    return 2;
+  }
 
  private:
   template <class V>

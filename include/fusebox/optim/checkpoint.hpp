@@ -8,7 +8,8 @@
 //   io::load_safetensors("model.safetensors", model.parameters());
 //   optim::load_state("optimizer.safetensors", opt);   // the next step is the step that would have come
 //
-// The file is safetensors: one tensor per parameter and kind of state, named
+// The file is safetensors: one tensor per parameter and kind of state a step reads (AdamW's
+// max_exp_avg_sq only with amsgrad, SGD's momentum_buffer only with momentum), named
 // "state.<parameter index>.<state name>" (torch keys its state by parameter index too), e.g.
 // "state.3.exp_avg_sq"; metadata: the optimizer's name, the number of groups and parameters, each
 // parameter's name, and per group its step count, learning rate and initial learning rate (what
@@ -43,12 +44,12 @@ namespace fusebox::optim {
 
 namespace detail {
 
-/// The optimizer's state buffers as a parameter list named "state.<i>.<state name>".
+/// The optimizer's live state buffers as a parameter list named "state.<i>.<state name>".
 template <class Optimizer, class T = typename Optimizer::value_type>
 nn::parameter_list<T> state_list(const Optimizer& opt) {
   nn::parameter_list<T> list;
   for (std::size_t i = 0; i < opt.parameter_count(); ++i)
-    for (std::size_t k = 0; k < Optimizer::state_kinds; ++k)
+    for (std::size_t k = 0; k < opt.live_state_kinds(); ++k)
       list.add("state." + std::to_string(i) + "." + Optimizer::state_names[k], const_cast<T*>(opt.state(k, i)),
                opt.parameter(i).shape);
   return list;

@@ -34,6 +34,12 @@ class sgd : public detail::multi_tensor<T, sgd_options, 1> {
  public:
   /// The state kept per parameter (torch's name for it).
   static constexpr std::array<const char*, 1> state_names = {"momentum_buffer"};
+  /// The state kinds a step reads: the momentum buffer only with momentum in some group.
+  std::size_t live_state_kinds() const {
+    for (const auto& g : this->groups_)
+      if (g.options.momentum != 0) return 1;
+    return 0;
+  }
 
   sgd(const nn::parameter_list<T>& params, const sgd_options& o = {}) : base("sgd", o.threads) {
     add_param_group(params, o);
