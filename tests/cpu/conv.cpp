@@ -6,11 +6,16 @@
 // multiple of NR, stride 2 with padding, non-contiguous x, g and w (the general packing paths),
 // unit strides without padding (the direct gather and col2im);
 // the forward epilogue called once for each output row run; results equal bit for bit on 1, 2
-// and 3 threads.
+// and 3 threads. The same checks for cpu/winograd.hpp's forward and weight gradient (float 5x5
+// at unit stride), on shapes that qualify: T2's second layer, padding, tiles cut by the edge,
+// O and C not multiples of MR and NR, strided operands, a batch not a multiple of the chunks.
 //
 // Tolerance: a result is a sum of K products (K = C*KH*KW, O*KH*KW or N*OH*OW): its float error
 // is below K * eps * sum|products| (a loose bound); a wrong index or a missed term is off by a
-// whole product (> 1/16 here: inputs are in +-[0.25, 1]).
+// whole product (> 1/16 here: inputs are in +-[0.25, 1]). Winograd's error is not a per-term
+// bound (each result mixes 64 transformed products, with constants up to 5.25 and 16): its bound
+// is winograd_ulps * eps * sum|products|, measured below it on these cases (the worst element
+// is printed; a wrong index or a missed tile is off by whole products here too).
 #include <fusebox/cpu/spatial.hpp>
 
 #include <catch2/catch.hpp>
@@ -92,25 +97,33 @@ std::vector<T> run_op(spatial_op op, const conv_case& k, const strided<T>& a, co
   return out;
 }
 
+constexpr double winograd_ulps = 64;
+
 template <class T>
 void check_close(const std::vector<T>& got, const std::vector<double>& want, const std::vector<double>& mag,
                  std::size_t terms, const char* what) {
   const double eps = std::numeric_limits<T>::epsilon();
   std::size_t bad = 0;
+  double worst = 0;  // error in units of eps * sum|products|
   REQUIRE(got.size() == want.size());
   for (std::size_t i = 0; i < got.size(); ++i) {
+    worst = std::max(worst, std::abs(double(got[i]) - want[i]) / (eps * mag[i] + 1e-300));
     const double tol = double(terms) * eps * mag[i] + 1e-30;
     if (!(std::abs(double(got[i]) - want[i]) <= tol)) {
       if (bad < 5) UNSCOPED_INFO(what << " element " << i << ": got " << got[i] << ", want " << want[i] << " +- " << tol);
       ++bad;
     }
   }
+  UNSCOPED_INFO(what << ": worst error " << worst << " eps * sum|products|");
   CHECK(bad == 0);
 }
 
+/// `winograd`: the forward and weight gradient must run by Winograd (cpu/winograd.hpp), checked
+/// against winograd_ulps; otherwise every kernel runs direct.
 template <class T>
-void check_case(const conv_case& k, std::uint64_t seed) {
-  INFO("N " << k.n << " C " << k.c << " H " << k.h << " W " << k.w << " O " << k.o << " K " << k.kh << "x" << k.kw
+void check_case(const conv_case& k, std::uint64_t seed, bool winograd = false) {
+  cpu::set_conv_winograd(winograd);
+  INFO((winograd ? "Winograd: " : "direct: ") <<"N " << k.n << " C " << k.c << " H " << k.h << " W " << k.w << " O " << k.o << " K " << k.kh << "x" << k.kw
             << " stride " << k.s << " padding " << k.p << (k.strided_operands ? " (strided operands)" : ""));
   const std::size_t OH = k.oh(), OW = k.ow();
   const std::array<int, 4> plain{0, 1, 2, 3}, odd{2, 0, 3, 1};
@@ -144,9 +157,18 @@ void check_case(const conv_case& k, std::uint64_t seed) {
                 dwm[wi] += std::abs(gv * xv);
               }
 
+  const window fw{spatial_op::conv2d, int(k.kh), int(k.kw), k.s, k.s, k.p, k.p},
+      wgw{spatial_op::conv2d_weight_grad, int(k.kh), int(k.kw), k.s, k.s, k.p, k.p};
+  std::vector<T> dw_out(wsh.size());
+  const strided<T> dw_view{dw_out.data(), wsh, fusebox::contiguous_strides(wsh)};
+  REQUIRE(cpu::runs_winograd(fw, x.view, w.view, strided<T>{nullptr, ys, {}}) == winograd);
+  REQUIRE(cpu::runs_winograd(wgw, g.view, x.view, dw_view) == winograd);
+  const std::size_t fterms = winograd ? std::size_t(winograd_ulps) : k.c * k.kh * k.kw,
+                    wterms = winograd ? std::size_t(winograd_ulps) : k.n * OH * OW;
+
   std::vector<int> runs;
   const auto y1 = run_op<T>(spatial_op::conv2d, k, x.view, w.view, ys, 1, &runs);
-  check_close(y1, y, ym, k.c * k.kh * k.kw, "conv2d");
+  check_close(y1, y, ym, fterms, "conv2d");
   std::size_t miscovered = 0;
   for (int r : runs) miscovered += r != 1;
   CHECK(miscovered == 0);  // the epilogue saw every output element exactly once
@@ -155,7 +177,7 @@ void check_case(const conv_case& k, std::uint64_t seed) {
   check_close(dx1, dx, dxm, k.o * k.kh * k.kw, "conv2d_input_grad");
 
   const auto dw1 = run_op<T>(spatial_op::conv2d_weight_grad, k, g.view, x.view, wsh, 1);
-  check_close(dw1, dw, dwm, k.n * OH * OW, "conv2d_weight_grad");
+  check_close(dw1, dw, dwm, wterms, "conv2d_weight_grad");
 
   for (unsigned threads : {2u, 3u}) {
     INFO(threads << " threads");
@@ -163,6 +185,7 @@ void check_case(const conv_case& k, std::uint64_t seed) {
     CHECK(run_op<T>(spatial_op::conv2d_input_grad, k, g.view, w.view, xs, threads) == dx1);
     CHECK(run_op<T>(spatial_op::conv2d_weight_grad, k, g.view, x.view, wsh, threads) == dw1);
   }
+  cpu::set_conv_winograd(true);
 }
 
 const conv_case cases[] = {
@@ -175,7 +198,18 @@ const conv_case cases[] = {
     {2, 3, 9, 7, 5, 3, 3, 1, 0, true},       // the same with strided operands (the general gather)
 };
 
+const conv_case winograd_cases[] = {
+    {3, 32, 12, 12, 64, 5, 5, 1, 0, false},  // T2's second layer: 4 whole tiles an image
+    {2, 9, 11, 13, 10, 5, 5, 1, 2, true},    // padding 2, tiles cut by both edges, O % MR, C % NR, strided
+    {9, 8, 9, 9, 8, 5, 5, 1, 1, false},      // 9 images in 8 weight-gradient chunks; 7x7: partial tiles
+};
+
 }  // namespace
+
+TEST_CASE("cpu conv kernels: Winograd forward and weight gradient, against double references", "[cpu][conv]") {
+  std::uint64_t seed = 411;
+  for (const auto& k : winograd_cases) check_case<float>(k, seed += 10, true);
+}
 
 TEST_CASE("cpu conv kernels: float, against double references, every element", "[cpu][conv]") {
   std::uint64_t seed = 11;

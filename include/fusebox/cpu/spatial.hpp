@@ -1,15 +1,21 @@
 // cpu/spatial.hpp: runs a spatial node (conv2d, pooling, their gradients) from its IR desc. Both
 // executors call this: the static one (cpu/executor.hpp) and the run-time path's host side
 // (jit/program.hpp), which knows nodes only by their desc, so the choice of kernel is a switch on
-// `desc.win.op` here, in one place; the kernels are in cpu/conv.hpp and cpu/pool.hpp.
-// Depends on: cpu/conv.hpp, cpu/pool.hpp, expr/window.hpp.
+// `desc.win.op` here, in one place; the kernels are in cpu/conv.hpp (direct), cpu/winograd.hpp
+// (the forward and weight gradient of float 5x5 kernels at unit stride, while conv_winograd() is
+// on) and cpu/pool.hpp. Workspace
+// sizes cover both convolution algorithms, so turning Winograd off or on never needs more.
+// Depends on: cpu/conv.hpp, cpu/winograd.hpp, cpu/pool.hpp, expr/window.hpp.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <type_traits>
 #include <span>
 
 #include "fusebox/cpu/conv.hpp"
 #include "fusebox/cpu/pool.hpp"
+#include "fusebox/cpu/winograd.hpp"
 #include "fusebox/expr/window.hpp"
 
 namespace fusebox::cpu {
@@ -18,11 +24,31 @@ namespace fusebox::cpu {
 /// output shape out, on `threads` threads.
 template <class T>
 constexpr std::size_t spatial_workspace_bytes(const window& win, const dims& a, const dims& b, const dims& out, unsigned threads) {
+  auto both = [&](const dims& x, const dims& w, const dims& y) {
+    const detail::conv_geometry g = detail::conv_geometry_of(win, x, w, y);
+    return std::max(conv_workspace_bytes<T>(win.op, win, x, w, y, threads), winograd::workspace_bytes<T>(win.op, g, threads));
+  };
   switch (win.op) {
-    case spatial_op::conv2d: return conv_workspace_bytes<T>(win.op, win, a, b, out, threads);
-    case spatial_op::conv2d_input_grad: return conv_workspace_bytes<T>(win.op, win, out, b, a, threads);
-    case spatial_op::conv2d_weight_grad: return conv_workspace_bytes<T>(win.op, win, b, out, a, threads);
+    case spatial_op::conv2d: return both(a, b, out);
+    case spatial_op::conv2d_input_grad: return both(out, b, a);
+    case spatial_op::conv2d_weight_grad: return both(b, out, a);
     default: return 0;  // pooling needs none
+  }
+}
+
+/// Whether this call of a convolution runs by Winograd (the shapes qualify and it is on).
+template <class T>
+bool runs_winograd(const window& win, const strided<T>& a, const strided<T>& b, const strided<T>& out) {
+  if constexpr (!std::is_same_v<T, float>) {
+    return false;
+  } else {
+    if (!conv_winograd()) return false;
+    switch (win.op) {
+      case spatial_op::conv2d: return winograd::applies<T>(win.op, detail::conv_geometry_of(win, a.shape, b.shape, out.shape));
+      case spatial_op::conv2d_weight_grad:
+        return winograd::applies<T>(win.op, detail::conv_geometry_of(win, b.shape, out.shape, a.shape));
+      default: return false;
+    }
   }
 }
 
@@ -30,6 +56,14 @@ constexpr std::size_t spatial_workspace_bytes(const window& win, const dims& a, 
 template <class T, class Epilogue>
 void run_spatial(const window& win, const strided<T>& a, const strided<T>& b, const strided<T>& out, thread_pool& pool,
                  std::span<std::byte> ws, Epilogue&& epilogue) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (runs_winograd(win, a, b, out)) {
+      switch (win.op) {
+        case spatial_op::conv2d: winograd::conv2d_forward(win, a, b, out, pool, ws, epilogue); return;
+        default: winograd::conv2d_weight_grad(win, a, b, out, pool, ws, epilogue); return;
+      }
+    }
+  }
   switch (win.op) {
     case spatial_op::conv2d: conv2d_forward(win, a, b, out, pool, ws, epilogue); break;
     case spatial_op::conv2d_input_grad: conv2d_input_grad(win, a, b, out, pool, ws, epilogue); break;
