@@ -44,11 +44,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <span>
+#include <string>
 #include <type_traits>
 
+#include "fusebox/core/errors.hpp"
 #include "fusebox/core/tensor.hpp"
 #include "fusebox/cpu/conv.hpp"
 #include "fusebox/cpu/thread_pool.hpp"
