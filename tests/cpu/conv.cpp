@@ -6,8 +6,8 @@
 // multiple of NR, stride 2 with padding, non-contiguous x, g and w (the general packing paths),
 // unit strides without padding (the direct gather and col2im);
 // the forward epilogue called once for each output row run; results equal bit for bit on 1, 2
-// and 3 threads. The same checks for cpu/winograd.hpp's forward and weight gradient (float 5x5
-// at unit stride), on shapes that qualify: T2's second layer, padding, tiles cut by the edge,
+// and 3 threads. The same checks for cpu/winograd.hpp's three kernels (float 5x5 at unit
+// stride), on shapes that qualify: T2's second layer, padding, tiles cut by the edge,
 // O and C not multiples of MR and NR, strided operands, a batch not a multiple of the chunks.
 //
 // Tolerance: a result is a sum of K products (K = C*KH*KW, O*KH*KW or N*OH*OW): its float error
@@ -158,12 +158,13 @@ void check_case(const conv_case& k, std::uint64_t seed, bool winograd = false) {
               }
 
   const window fw{spatial_op::conv2d, int(k.kh), int(k.kw), k.s, k.s, k.p, k.p},
+      iw{spatial_op::conv2d_input_grad, 0, 0, k.s, k.s, k.p, k.p, int(k.h), int(k.w)},
       wgw{spatial_op::conv2d_weight_grad, int(k.kh), int(k.kw), k.s, k.s, k.p, k.p};
-  std::vector<T> dw_out(wsh.size());
-  const strided<T> dw_view{dw_out.data(), wsh, fusebox::contiguous_strides(wsh)};
   REQUIRE(cpu::runs_winograd(fw, x.view, w.view, strided<T>{nullptr, ys, {}}) == winograd);
-  REQUIRE(cpu::runs_winograd(wgw, g.view, x.view, dw_view) == winograd);
+  REQUIRE(cpu::runs_winograd(iw, g.view, w.view, strided<T>{nullptr, xs, {}}) == winograd);
+  REQUIRE(cpu::runs_winograd(wgw, g.view, x.view, strided<T>{nullptr, wsh, {}}) == winograd);
   const std::size_t fterms = winograd ? std::size_t(winograd_ulps) : k.c * k.kh * k.kw,
+                    iterms = winograd ? std::size_t(winograd_ulps) : k.o * k.kh * k.kw,
                     wterms = winograd ? std::size_t(winograd_ulps) : k.n * OH * OW;
 
   std::vector<int> runs;
@@ -174,7 +175,7 @@ void check_case(const conv_case& k, std::uint64_t seed, bool winograd = false) {
   CHECK(miscovered == 0);  // the epilogue saw every output element exactly once
 
   const auto dx1 = run_op<T>(spatial_op::conv2d_input_grad, k, g.view, w.view, xs, 1);
-  check_close(dx1, dx, dxm, k.o * k.kh * k.kw, "conv2d_input_grad");
+  check_close(dx1, dx, dxm, iterms, "conv2d_input_grad");
 
   const auto dw1 = run_op<T>(spatial_op::conv2d_weight_grad, k, g.view, x.view, wsh, 1);
   check_close(dw1, dw, dwm, wterms, "conv2d_weight_grad");
@@ -206,7 +207,7 @@ const conv_case winograd_cases[] = {
 
 }  // namespace
 
-TEST_CASE("cpu conv kernels: Winograd forward and weight gradient, against double references", "[cpu][conv]") {
+TEST_CASE("cpu conv kernels: Winograd forward and gradients, against double references", "[cpu][conv]") {
   std::uint64_t seed = 411;
   for (const auto& k : winograd_cases) check_case<float>(k, seed += 10, true);
 }

@@ -2,8 +2,7 @@
 // executors call this: the static one (cpu/executor.hpp) and the run-time path's host side
 // (jit/program.hpp), which knows nodes only by their desc, so the choice of kernel is a switch on
 // `desc.win.op` here, in one place; the kernels are in cpu/conv.hpp (direct), cpu/winograd.hpp
-// (the forward and weight gradient of float 5x5 kernels at unit stride, while conv_winograd() is
-// on) and cpu/pool.hpp. Workspace
+// (float 5x5 kernels at unit stride, while conv_winograd() is on) and cpu/pool.hpp. Workspace
 // sizes cover both convolution algorithms, so turning Winograd off or on never needs more.
 // Depends on: cpu/conv.hpp, cpu/winograd.hpp, cpu/pool.hpp, expr/window.hpp.
 #pragma once
@@ -45,6 +44,8 @@ bool runs_winograd(const window& win, const strided<T>& a, const strided<T>& b, 
     if (!conv_winograd()) return false;
     switch (win.op) {
       case spatial_op::conv2d: return winograd::applies<T>(win.op, detail::conv_geometry_of(win, a.shape, b.shape, out.shape));
+      case spatial_op::conv2d_input_grad:
+        return winograd::applies<T>(win.op, detail::conv_geometry_of(win, out.shape, b.shape, a.shape));
       case spatial_op::conv2d_weight_grad:
         return winograd::applies<T>(win.op, detail::conv_geometry_of(win, b.shape, out.shape, a.shape));
       default: return false;
@@ -60,6 +61,7 @@ void run_spatial(const window& win, const strided<T>& a, const strided<T>& b, co
     if (runs_winograd(win, a, b, out)) {
       switch (win.op) {
         case spatial_op::conv2d: winograd::conv2d_forward(win, a, b, out, pool, ws, epilogue); return;
+        case spatial_op::conv2d_input_grad: winograd::conv2d_input_grad(win, a, b, out, pool, ws, epilogue); return;
         default: winograd::conv2d_weight_grad(win, a, b, out, pool, ws, epilogue); return;
       }
     }

@@ -1,14 +1,14 @@
-// cpu/winograd.hpp: conv2d and its weight gradient for 5x5 kernels at unit stride, in float, by
-// Winograd's minimal filtering on 8x8 tiles: F(4x4, 5x5) for the forward, F(5x5, 4x4) for the
-// weight gradient. Where direct convolution (cpu/conv.hpp) spends 400 multiply-adds on a 4x4
+// cpu/winograd.hpp: conv2d and its two gradients for 5x5 kernels at unit stride, in float, by
+// Winograd's minimal filtering on 8x8 tiles: F(4x4, 5x5) for the forward, its adjoint for the
+// input gradient, F(5x5, 4x4) for the weight gradient. Where direct convolution (cpu/conv.hpp) spends 400 multiply-adds on a 4x4
 // output tile and an (input, output) channel pair, this spends 64, in 64 independent GEMMs over
 // the channels, plus the transforms of the tiles in and out. T2's second
 // layer (32 -> 64 channels, 12x12 -> 8x8) has 4.4x fewer flops this way; issue 5's T2 needs them
 // (docs/benchmarks.md: direct convolution at the machine's FMA peak cannot give 2x libtorch).
-// The input gradient stays direct: measured on T2's second layer (one thread), F(4x4, 5x5) over
-// gy padded by 4 took 7.1 ms against direct's 6.1. Its 12x12 result needs 9 tiles an image whose
-// 8x8 windows are mostly padding, so gathering and transforming them costs more than the
-// multiplies saved.
+// The input gradient is not a forward F(4x4, 5x5) over gy padded by 4: on T2's second layer that
+// is 9 tiles an image whose 8x8 windows are mostly padding, and it measured 7.1 ms against direct
+// convolution's 6.1 (one thread). The adjoint of the forward's tiling (transposed_convolution)
+// tiles gy instead: 4 dense tiles an image, 3.4 ms.
 //
 // The transforms (points 0, 1, -1, 2, -2, 1/2, -1/2 and infinity; derived exactly in rationals
 // and checked against direct correlation, then rows balanced so no entry is far from 1):
@@ -23,7 +23,8 @@
 // Accuracy: each output is a sum of 64 products of transformed values instead of 25 C products
 // of the raw ones; the transforms' constants (up to 5.25 in Bᵀ, 8 and 16 in Aᵀ) grow rounding
 // error. tests/cpu/conv.cpp bounds it against a double reference at 64 eps * sum|products| per
-// element; measured worst there: 9.9 (forward) and 10.9 (weight gradient), where direct
+// element; measured worst there: 9.9 (forward), 11.7 (input gradient) and 10.9 (weight
+// gradient), where direct
 // convolution's worst is about 1-2. On T2's second layer (batch 128), Winograd's and direct
 // convolution's outputs differ by at most 5.4e-6 of the largest output. Training T2 with it is
 // measured in docs/benchmarks.md.
@@ -35,6 +36,8 @@
 //                         transform the panel's tiles into 64 [C, NR] GEMM panels, multiply by
 //                         the 64 packed transformed weights [O, C], transform the 64 [O, NR]
 //                         products back to 4x4 tiles, then run the epilogue on the images' rows;
+//   input grad            the same with gy's 4x4 tiles spread to 8x8 ([O, NR] panels), the
+//                         weights as [C, O], and the 8x8 results added into dx's windows;
 //   weight grad           a fixed number of image chunks, each a task summing its images' tiles
 //                         into 64 partial [O, C] products (one fma chain per element, tiles in
 //                         order), then the chunks summed in order and transformed back.
@@ -120,6 +123,43 @@ inline void output_1d(const float* __restrict v, std::ptrdiff_t ds, float* __res
   }
 }
 
+/// v = A g (4 -> 8): the input gradient's spread of gy's 4x4 tiles (Aᵀ of F(4, 5), transposed).
+template <std::size_t L>
+inline void spread_1d(const float* __restrict g, std::ptrdiff_t gs, float* __restrict v, std::ptrdiff_t vs) {
+  for (std::size_t j = 0; j < L; ++j) {
+    const float g0 = g[j], g1 = g[gs + j], g2 = g[2 * gs + j], g3 = g[3 * gs + j];
+    const float e = g0 + g2, o = g1 + g3, e2 = g0 + 4.0f * g2, o2 = 2.0f * g1 + 8.0f * g3, eh = g0 + 0.25f * g2,
+                oh = 0.5f * g1 + 0.125f * g3;
+    v[j] = g0;
+    v[vs + j] = e + o;
+    v[2 * vs + j] = e - o;
+    v[3 * vs + j] = e2 + o2;
+    v[4 * vs + j] = e2 - o2;
+    v[5 * vs + j] = eh + oh;
+    v[6 * vs + j] = eh - oh;
+    v[7 * vs + j] = g3;
+  }
+}
+
+/// w = B v (8 -> 8): the input gradient's way back from the 64 products (Bᵀ transposed).
+template <std::size_t L>
+inline void gather_1d(const float* __restrict v, std::ptrdiff_t vs, float* __restrict w, std::ptrdiff_t ws) {
+  for (std::size_t j = 0; j < L; ++j) {
+    const float v0 = v[j], v7 = v[7 * vs + j];
+    const float s1 = v[vs + j] + v[2 * vs + j], d1 = v[vs + j] - v[2 * vs + j];
+    const float s3 = v[3 * vs + j] + v[4 * vs + j], d3 = v[3 * vs + j] - v[4 * vs + j];
+    const float s5 = v[5 * vs + j] + v[6 * vs + j], d5 = v[5 * vs + j] - v[6 * vs + j];
+    w[j] = v0;
+    w[ws + j] = 0.5f * d3 + 2.0f * d5 - d1 - v7;
+    w[2 * ws + j] = 0.25f * s3 + 4.0f * s5 - 5.25f * v0 - s1;
+    w[3 * ws + j] = 4.25f * d1 - 2.5f * d3 - 2.5f * d5 + 5.25f * v7;
+    w[4 * ws + j] = 5.25f * v0 + 4.25f * s1 - 1.25f * s3 - 5.0f * s5;
+    w[5 * ws + j] = 2.0f * d3 + 0.5f * d5 - d1 - 5.25f * v7;
+    w[6 * ws + j] = s3 + s5 - v0 - s1;
+    w[7 * ws + j] = v7;
+  }
+}
+
 /// u = G g (R -> 8): G (8x5) of F(4, 5) on the weights, G' (8x4) of F(5, 4) on the weight
 /// gradient's 4x4 tiles of gy (G's first four columns, its last row picking g[R-1]).
 /// Rows: 1, 2/9 (1 ±1 1 ±1 1), (1/90 ±1/45 2/45 ±4/45 8/45), (32/45 ±16/45 8/45 ±4/45 2/45), infinity.
@@ -153,7 +193,7 @@ constexpr bool applies(spatial_op op, const detail::conv_geometry& g) {
   if (g.kh != r || g.kw != r || g.sh != 1 || g.sw != 1) return false;
   if (g.ph < 0 || g.pw < 0 || g.ph >= static_cast<int>(r) || g.pw >= static_cast<int>(r)) return false;
   if (g.n == 0 || g.c < 8 || g.o < 8 || g.oh == 0 || g.ow == 0) return false;
-  return op == spatial_op::conv2d || op == spatial_op::conv2d_weight_grad;
+  return op == spatial_op::conv2d || op == spatial_op::conv2d_input_grad || op == spatial_op::conv2d_weight_grad;
 }
 
 /// The forward's problem: `in` channels of the tiled operand, `out` channels of the result, the
@@ -204,6 +244,12 @@ constexpr sizes sizes_of(spatial_op op, const detail::conv_geometry& g) {
                    2 * round64(points * NR * sizeof(float));                                    // tile buffers
     return s;
   }
+  if (op == spatial_op::conv2d_input_grad) {  // [C, O] · [O, NR] products (transposed_convolution)
+    s.shared = round64(points * detail::packed_a_elems<float>(g.c, g.o) * sizeof(float));
+    s.per_worker = round64(points * g.o * NR * sizeof(float)) + round64(points * g.c * NR * sizeof(float)) +
+                   2 * round64(points * NR * sizeof(float));
+    return s;
+  }
   const tiled_problem t = tiled_of(g);
   s.shared = round64(points * detail::packed_a_elems<float>(t.out, t.in) * sizeof(float));
   s.per_worker = round64(points * t.in * NR * sizeof(float)) +   // the panel's transformed tiles
@@ -234,25 +280,27 @@ inline void require_workspace(spatial_op op, std::size_t have, std::size_t need)
                            " bytes of workspace, got " + std::to_string(have));
 }
 
-/// The 64 transformed kernels G w Gᵀ of w [out, in, 5, 5], each packed as gemm's A [out, in]
-/// (MR-row slivers) at dst + point * packed_a_elems(out, in). A task per output channel, its
-/// input channels NR at a time side by side.
-inline void transform_weights(const strided<float>& w, std::size_t out, std::size_t in, float* dst, thread_pool& pool) {
+/// The 64 transformed kernels G k Gᵀ, each packed as gemm's A [rows, cols] (MR-row slivers) at
+/// dst + point * packed_a_elems(rows, cols): k = w[row, col] of w [rows, cols, 5, 5], or with
+/// `swap` k = w[col, row] of w [cols, rows, 5, 5] (the input gradient's A = Uᵀ). A task per
+/// row, its columns NR at a time side by side.
+inline void transform_weights(const strided<float>& w, bool swap, std::size_t out, std::size_t in, float* dst,
+                              thread_pool& pool) {
   constexpr std::size_t MR = cpu::detail::conv_mr<float>, NR = cpu::detail::conv_nr<float>;
   const std::size_t stride = cpu::detail::packed_a_elems<float>(out, in);
   pool.parallel_for(out, [&](std::size_t oc, unsigned) {
     float kk[r * r * NR], t[alpha * r * NR], u[points * NR];
-    const std::ptrdiff_t lane = static_cast<std::ptrdiff_t>(NR), row = static_cast<std::ptrdiff_t>(r * NR);
+    const std::ptrdiff_t lane = static_cast<std::ptrdiff_t>(NR), five = static_cast<std::ptrdiff_t>(r * NR);
     for (std::size_t ic0 = 0; ic0 < in; ic0 += NR) {
       const std::size_t cnt = std::min(NR, in - ic0);
       for (std::size_t j = 0; j < NR; ++j) {
-        const float* k = w.data + static_cast<std::ptrdiff_t>(oc) * w.stride[0] +
-                         static_cast<std::ptrdiff_t>(ic0 + std::min(j, cnt - 1)) * w.stride[1];
+        const std::ptrdiff_t col = static_cast<std::ptrdiff_t>(ic0 + std::min(j, cnt - 1)), row = static_cast<std::ptrdiff_t>(oc);
+        const float* k = w.data + (swap ? col * w.stride[0] + row * w.stride[1] : row * w.stride[0] + col * w.stride[1]);
         for (std::size_t a = 0; a < r; ++a)
           for (std::size_t b = 0; b < r; ++b)
             kk[(a * r + b) * NR + j] = k[static_cast<std::ptrdiff_t>(a) * w.stride[2] + static_cast<std::ptrdiff_t>(b) * w.stride[3]];
       }
-      for (std::size_t b = 0; b < r; ++b) kernel_1d<NR, r>(kk + b * NR, row, t + b * NR, row);  // t[ξ][b]
+      for (std::size_t b = 0; b < r; ++b) kernel_1d<NR, r>(kk + b * NR, five, t + b * NR, five);  // t[ξ][b]
       for (std::size_t xi = 0; xi < alpha; ++xi) kernel_1d<NR, r>(t + xi * r * NR, lane, u + xi * alpha * NR, lane);
       float* at = dst + oc / MR * in * MR + oc % MR;  // (row oc, column ic) of a packed A: at[ic * MR]
       for (std::size_t p = 0; p < points; ++p)
@@ -378,6 +426,88 @@ void tiled_convolution(const tiled_problem& t, const strided<float>& x, const fl
   });
 }
 
+/// The input gradient: dx [N, C, H, W] = the adjoint of the forward's tiling. A 4x4 tile of gy
+/// (tiles over gy's OH x OW, cut by its edge) meets the forward's 8x8 window of x at the same
+/// place; the adjoint of Y = Aᵀ [U ⊙ (Bᵀ d B)] A sends it back as B [U ⊙ (A g Aᵀ)] Bᵀ, added
+/// into that window of dx (windows 4 apart overlap; their parts in the padding are dropped).
+/// So the 64 products are [C, O] · [O, tiles], with no padding gathered: T2's second layer has
+/// 4 tiles an image, as its forward. u holds the packed transformed kernels with `swap`.
+template <class Epilogue>
+void transposed_convolution(const conv_geometry& g, const strided<float>& gy, const float* u, const strided<float>& dx,
+                            thread_pool& pool, std::byte* workers, std::size_t per_worker, Epilogue& epilogue) {
+  constexpr std::size_t NR = cpu::detail::conv_nr<float>;
+  using cpu::detail::round64;
+  const std::size_t tw_n = (g.ow + m - 1) / m, tp = (g.oh + m - 1) / m * tw_n, k_img = images_per_task<float>(tp);
+  const std::size_t tasks = (g.n + k_img - 1) / k_img, u_stride = cpu::detail::packed_a_elems<float>(g.c, g.o);
+  const std::size_t plane = g.h * g.w;
+  const std::ptrdiff_t lane = static_cast<std::ptrdiff_t>(NR), A = alpha;
+  pool.parallel_for(tasks, [&](std::size_t task, unsigned worker) {
+    std::byte* at = workers + worker * per_worker;
+    float* panels = reinterpret_cast<float*>(at);  // [64][O][NR]
+    at += round64(points * g.o * NR * sizeof(float));
+    float* prod = reinterpret_cast<float*>(at);  // [64][C][NR]
+    at += round64(points * g.c * NR * sizeof(float));
+    float* tile = reinterpret_cast<float*>(at);
+    float* tmp = reinterpret_cast<float*>(at + round64(points * NR * sizeof(float)));
+    const std::size_t n0 = task * k_img, n1 = std::min(g.n, n0 + k_img), tiles = (n1 - n0) * tp;
+    std::fill(dx.data + n0 * g.c * plane, dx.data + n1 * g.c * plane, 0.0f);
+    for (std::size_t p0 = 0; p0 < tiles; p0 += NR) {
+      const std::size_t cnt = std::min(NR, tiles - p0);
+      std::size_t img[NR], rows[NR], cols[NR];
+      std::ptrdiff_t corner[NR], ih0[NR], iw0[NR];
+      for (std::size_t j = 0; j < cnt; ++j) {
+        const std::size_t q = p0 + j, n = n0 + q / tp, oh0 = q % tp / tw_n * m, ow0 = q % tp % tw_n * m;
+        img[j] = n;
+        rows[j] = std::min(m, g.oh - oh0);
+        cols[j] = std::min(m, g.ow - ow0);
+        corner[j] = static_cast<std::ptrdiff_t>(n) * gy.stride[0] + static_cast<std::ptrdiff_t>(oh0) * gy.stride[2] +
+                    static_cast<std::ptrdiff_t>(ow0) * gy.stride[3];
+        ih0[j] = static_cast<std::ptrdiff_t>(oh0) - g.ph;
+        iw0[j] = static_cast<std::ptrdiff_t>(ow0) - g.pw;
+      }
+      // In: each channel of gy, its NR tiles spread to 8x8 (A g Aᵀ), into the 64 panels [O, NR].
+      for (std::size_t o = 0; o < g.o; ++o) {
+        const float* src = gy.data + static_cast<std::ptrdiff_t>(o) * gy.stride[1];
+        for (std::size_t a = 0; a < m; ++a)
+          for (std::size_t b = 0; b < m; ++b) {
+            float* t = tile + (a * m + b) * NR;
+            for (std::size_t j = 0; j < NR; ++j)
+              t[j] = j < cnt && a < rows[j] && b < cols[j]
+                         ? src[corner[j] + static_cast<std::ptrdiff_t>(a) * gy.stride[2] + static_cast<std::ptrdiff_t>(b) * gy.stride[3]]
+                         : 0.0f;
+          }
+        const std::ptrdiff_t four = static_cast<std::ptrdiff_t>(m * NR);
+        for (std::size_t b = 0; b < m; ++b) spread_1d<NR>(tile + b * NR, four, tmp + b * NR, four);  // tmp[ξ][b]
+        for (std::size_t xi = 0; xi < alpha; ++xi)
+          spread_1d<NR>(tmp + xi * m * NR, lane, panels + (xi * alpha * g.o + o) * NR, static_cast<std::ptrdiff_t>(g.o * NR));
+      }
+      // The 64 products [C, O] · [O, NR].
+      for (std::size_t p = 0; p < points; ++p)
+        cpu::detail::packed_product(g.c, g.o, cnt, u + p * u_stride, panels + p * g.o * NR, prod + p * g.c * NR, lane, false);
+      // Out: each channel of dx, its NR 8x8 pieces (B M Bᵀ) added into their windows.
+      const std::ptrdiff_t point = static_cast<std::ptrdiff_t>(g.c * NR), H = static_cast<std::ptrdiff_t>(g.h),
+                           W = static_cast<std::ptrdiff_t>(g.w);
+      for (std::size_t c = 0; c < g.c; ++c) {
+        const float* mc = prod + c * NR;
+        for (std::size_t nu = 0; nu < alpha; ++nu)  // along ξ: tmp[a][ν]
+          gather_1d<NR>(mc + static_cast<std::ptrdiff_t>(nu) * point, A * point, tmp + nu * NR, A * lane);
+        for (std::size_t a = 0; a < alpha; ++a)  // along ν: tile[a][b]
+          gather_1d<NR>(tmp + a * alpha * NR, lane, tile + a * alpha * NR, lane);
+        for (std::size_t j = 0; j < cnt; ++j) {
+          float* d = dx.data + (img[j] * g.c + c) * plane;
+          const std::ptrdiff_t a0 = std::clamp<std::ptrdiff_t>(-ih0[j], 0, A), a1 = std::clamp<std::ptrdiff_t>(H - ih0[j], a0, A);
+          const std::ptrdiff_t b0 = std::clamp<std::ptrdiff_t>(-iw0[j], 0, A), b1 = std::clamp<std::ptrdiff_t>(W - iw0[j], b0, A);
+          for (std::ptrdiff_t a = a0; a < a1; ++a) {
+            float* drow = d + (ih0[j] + a) * W + iw0[j];
+            for (std::ptrdiff_t b = b0; b < b1; ++b) drow[b] += tile[(a * A + b) * lane + static_cast<std::ptrdiff_t>(j)];
+          }
+        }
+      }
+    }
+    for (std::size_t row = n0 * g.c * g.h; row < n1 * g.c * g.h; ++row) epilogue(row, 0, g.w);
+  });
+}
+
 }  // namespace detail
 
 /// y = conv2d(x, w) by F(4x4, 5x5), then epilogue(row, j0, n) over y's rows [N*O*OH] of OW.
@@ -391,8 +521,23 @@ void conv2d_forward(const window& win, const strided<float>& x, const strided<fl
   std::byte* base = detail::align64(ws);
   float* u = reinterpret_cast<float*>(base);
   const tiled_problem t = tiled_of(g);
-  detail::transform_weights(w, t.out, t.in, u, pool);
+  detail::transform_weights(w, false, t.out, t.in, u, pool);
   detail::tiled_convolution(t, x, u, y, pool, base + s.shared, s.per_worker, epilogue);
+}
+
+/// dx = conv2d_input_grad(gy, w) [N, C, H, W]: the adjoint of the forward's F(4x4, 5x5) tiling.
+template <class Epilogue>
+void conv2d_input_grad(const window& win, const strided<float>& gy, const strided<float>& w, const strided<float>& dx,
+                       thread_pool& pool, std::span<std::byte> ws, Epilogue&& epilogue) {
+  cpu::detail::require_contiguous(dx, "conv2d_input_grad");
+  const auto g = cpu::detail::conv_geometry_of(win, dx.shape, w.shape, gy.shape);
+  detail::require_workspace(spatial_op::conv2d_input_grad, ws.size(),
+                            workspace_bytes<float>(spatial_op::conv2d_input_grad, g, pool.size()));
+  const sizes s = sizes_of<float>(spatial_op::conv2d_input_grad, g);
+  std::byte* base = detail::align64(ws);
+  float* u = reinterpret_cast<float*>(base);
+  detail::transform_weights(w, true, g.c, g.o, u, pool);
+  detail::transposed_convolution(g, gy, u, dx, pool, base + s.shared, s.per_worker, epilogue);
 }
 
 /// dw = conv2d_weight_grad(gy, x) [O, C, 5, 5] by F(5x5, 4x4), summed over the batch in a
