@@ -1,10 +1,11 @@
 // cpu/winograd.hpp: conv2d and its two gradients for 5x5 kernels at unit stride, in float, by
 // Winograd's minimal filtering on 8x8 tiles: F(4x4, 5x5) for the forward, its adjoint for the
-// input gradient, F(5x5, 4x4) for the weight gradient. Where direct convolution (cpu/conv.hpp) spends 400 multiply-adds on a 4x4
-// output tile and an (input, output) channel pair, this spends 64, in 64 independent GEMMs over
-// the channels, plus the transforms of the tiles in and out. T2's second
-// layer (32 -> 64 channels, 12x12 -> 8x8) has 4.4x fewer flops this way; issue 5's T2 needs them
-// (docs/benchmarks.md: direct convolution at the machine's FMA peak cannot give 2x libtorch).
+// input gradient, F(5x5, 4x4) for the weight gradient. Where direct convolution (cpu/conv.hpp)
+// spends 400 multiply-adds on a 4x4 output tile and an (input, output) channel pair, this spends
+// 64, in 64 independent GEMMs over the channels, plus the transforms of the tiles in and out.
+// T2's second layer (32 -> 64 channels, 12x12 -> 8x8) has 4.4x fewer flops this way; issue 5's
+// T2 needs them (docs/benchmarks.md: direct convolution at the machine's FMA peak cannot give 2x
+// libtorch).
 // The input gradient is not a forward F(4x4, 5x5) over gy padded by 4: on T2's second layer that
 // is 9 tiles an image whose 8x8 windows are mostly padding, and it measured 7.1 ms against direct
 // convolution's 6.1 (one thread). The adjoint of the forward's tiling (transposed_convolution)
