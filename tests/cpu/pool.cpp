@@ -1,8 +1,10 @@
-// Tests for include/fusebox/cpu/pool.hpp's max_pool2d backward (the row-pass path taken without
-// padding, and the per-window path with padding), through cpu/spatial.hpp's run_spatial, against a
-// naive double reference on fresh random inputs, every element: ties (inputs drawn from 5 values,
-// so the first maximum in row-major order must win), overlapping windows (kernel 3, stride 2: a
-// gradient element gets several contributions), a NaN (it wins its windows), strided x and g.
+// Tests for include/fusebox/cpu/pool.hpp's max_pool2d backward (the 2x2 stride-2 pairs path, the
+// row-pass path taken without padding, and the per-window path with padding) and its max and avg
+// forward (the same three paths), through cpu/spatial.hpp's run_spatial, against a naive double
+// reference on fresh random inputs, every element: ties (inputs drawn from 5 values, so the first
+// maximum in row-major order must win), overlapping windows (kernel 3, stride 2: a gradient
+// element gets several contributions), a NaN (it wins its windows), odd sizes (rows and columns
+// no window reaches), strided x and g.
 #include <fusebox/cpu/spatial.hpp>
 
 #include <catch2/catch.hpp>
@@ -99,7 +101,8 @@ void check_max_backward(const pool_case& q, std::uint64_t seed) {
 
 const pool_case cases[] = {
     {3, 4, 24, 24, 2, 2, 0, false},  // T2's first pooling
-    {2, 5, 8, 8, 2, 2, 0, true},     // T2's second, strided operands
+    {2, 3, 9, 7, 2, 2, 0, false},    // 2x2 pairs with a row and a column no window reaches
+    {2, 5, 8, 8, 2, 2, 0, true},     // T2's second, strided operands (the row passes)
     {2, 3, 11, 9, 3, 2, 0, false},   // overlapping windows, odd sizes
     {2, 3, 10, 7, 3, 2, 1, false},   // padding: the per-window path
 };
@@ -112,4 +115,62 @@ TEST_CASE("cpu max_pool2d backward against a double reference, every element", "
     check_max_backward<float>(q, seed += 7);
     check_max_backward<double>(q, seed += 7);
   }
+}
+
+/// max_pool2d and avg_pool2d forward of case q against double references, every element.
+template <class T>
+void check_forward(const pool_case& q, bool is_max, std::uint64_t seed) {
+  INFO((is_max ? "max" : "avg") << " N " << q.n << " C " << q.c << " H " << q.h << " W " << q.w << " kernel " << q.k
+                                << " stride " << q.s << " padding " << q.p << (q.strided_operands ? " (strided)" : ""));
+  std::mt19937_64 rng(seed);
+  const std::size_t OH = q.oh(), OW = q.ow(), spread = q.strided_operands ? 2 : 1;
+  std::vector<T> xs(q.n * q.c * q.h * q.w * spread);
+  for (auto& v : xs) v = T(int(rng() % 5) - 2) + T(0.25) * T(rng() % 3);
+  if (is_max) xs[(xs.size() / 3) / spread * spread] = std::numeric_limits<T>::quiet_NaN();
+  const dims xd{4, {q.n, q.c, q.h, q.w}}, yd{4, {q.n, q.c, OH, OW}};
+  strided<T> x{xs.data(), xd, fusebox::contiguous_strides(xd)};
+  for (std::size_t d = 0; d < 4; ++d) x.stride[d] *= std::ptrdiff_t(spread);
+  for (unsigned threads : {1u, 2u}) {
+    cpu::thread_pool pool(threads);
+    const window win{is_max ? spatial_op::max_pool2d : spatial_op::avg_pool2d, q.k, q.k, q.s, q.s, q.p, q.p};
+    std::vector<T> out(yd.size(), T(12345));
+    strided<T> y{out.data(), yd, fusebox::contiguous_strides(yd)};
+    std::vector<int> seen(yd.size(), 0);
+    cpu::run_spatial(win, x, strided<T>{}, y, pool, {}, [&](std::size_t row, std::size_t j0, std::size_t cnt) {
+      for (std::size_t j = j0; j < j0 + cnt; ++j) ++seen[row * OW + j];
+    });
+    std::size_t bad = 0, miscovered = 0;
+    for (std::size_t n = 0; n < q.n; ++n)
+      for (std::size_t c = 0; c < q.c; ++c)
+        for (std::size_t i = 0; i < OH; ++i)
+          for (std::size_t j = 0; j < OW; ++j) {
+            double m = -std::numeric_limits<double>::infinity(), sum = 0;
+            for (int u = 0; u < q.k; ++u)
+              for (int v = 0; v < q.k; ++v) {
+                const long r = long(i) * q.s - q.p + u, col = long(j) * q.s - q.p + v;
+                if (r < 0 || col < 0 || r >= long(q.h) || col >= long(q.w)) continue;
+                const double e = xs[(((n * q.c + c) * q.h + std::size_t(r)) * q.w + std::size_t(col)) * spread];
+                if (e > m || std::isnan(e)) m = e;
+                sum += e;
+              }
+            const double want = is_max ? m : sum / (q.k * q.k);
+            const std::size_t e = ((n * q.c + c) * OH + i) * OW + j;
+            const double got = out[e];
+            const bool ok = std::isnan(want) ? std::isnan(got) : std::abs(got - want) <= 16 * std::numeric_limits<T>::epsilon();
+            if (!ok && bad++ < 5) UNSCOPED_INFO("element " << e << ": got " << got << ", want " << want);
+            miscovered += seen[e] != 1;
+          }
+    INFO(threads << " threads");
+    CHECK(bad == 0);
+    CHECK(miscovered == 0);
+  }
+}
+
+TEST_CASE("cpu max_pool2d and avg_pool2d forward against double references, every element", "[cpu][pool]") {
+  std::uint64_t seed = 905;
+  for (const auto& q : cases)
+    for (bool is_max : {true, false}) {
+      check_forward<float>(q, is_max, seed += 7);
+      check_forward<double>(q, is_max, seed += 7);
+    }
 }
