@@ -1,6 +1,5 @@
-// Tests for include/fusebox/cpu/pool.hpp's max_pool2d backward (the 2x2 stride-2 pairs path, the
-// row-pass path taken without padding, and the per-window path with padding) and its max and avg
-// forward (the same three paths), through cpu/spatial.hpp's run_spatial, against a naive double
+// Tests for include/fusebox/cpu/pool.hpp's max_pool2d backward (the row-pass path taken without
+// padding, and the per-window path with padding) and its max and avg forward (the same paths), through cpu/spatial.hpp's run_spatial, against a naive double
 // reference on fresh random inputs, every element: ties (inputs drawn from 5 values, so the first
 // maximum in row-major order must win), overlapping windows (kernel 3, stride 2: a gradient
 // element gets several contributions), a NaN (it wins its windows), odd sizes (rows and columns
@@ -101,8 +100,8 @@ void check_max_backward(const pool_case& q, std::uint64_t seed) {
 
 const pool_case cases[] = {
     {3, 4, 24, 24, 2, 2, 0, false},  // T2's first pooling
-    {2, 3, 9, 7, 2, 2, 0, false},    // 2x2 pairs with a row and a column no window reaches
-    {2, 5, 8, 8, 2, 2, 0, true},     // T2's second, strided operands (the row passes)
+    {2, 3, 9, 7, 2, 2, 0, false},    // a row and a column no window reaches
+    {2, 5, 8, 8, 2, 2, 0, true},     // T2's second, strided operands
     {2, 3, 11, 9, 3, 2, 0, false},   // overlapping windows, odd sizes
     {2, 3, 10, 7, 3, 2, 1, false},   // padding: the per-window path
 };

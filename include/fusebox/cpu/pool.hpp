@@ -96,32 +96,6 @@ inline pool_geometry pool_geometry_of(const window& win, const dims& x, const di
   return {x[0] * x[1], x[1], x[2], x[3], y[2], y[3], win.kh, win.kw, win.sh, win.sw, win.ph, win.pw};
 }
 
-/// The 2x2 windows at stride 2 without padding, over unit-stride rows (T2's poolings): each
-/// output reads two pairs of neighbours, which the compiler loads as vectors and deinterleaves,
-/// where the general row passes read one strided element at a time (18% of T2's step).
-template <class T>
-bool pairs_2x2(const pool_geometry& g, const strided<T>& x) {
-  return g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0 && x.stride[3] == 1;
-}
-
-/// The candidate rule of window_max (first maximum in row-major order wins, a NaN wins) for one
-/// window's four elements in that order: the winner's value, and its index 0-3.
-template <class T>
-inline T max4(T a, T b, T c, T d, int& at) {
-  T m = a;
-  at = 0;
-  const bool tb = b > m || b != b;
-  m = tb ? b : m;
-  at = tb ? 1 : at;
-  const bool tc = c > m || c != c;
-  m = tc ? c : m;
-  at = tc ? 2 : at;
-  const bool td = d > m || d != d;
-  m = td ? d : m;
-  at = td ? 3 : at;
-  return m;
-}
-
 }  // namespace detail
 
 /// y = max_pool2d(x) or avg_pool2d(x), by win.op.
@@ -136,27 +110,10 @@ void pool2d_forward(const window& win, const strided<T>& x, const strided<T>& y,
   // accumulators the compiler vectorises. Each output still sees its candidates in row-major
   // order, so the maximum (first wins, NaN wins) is the one the general loop below picks.
   constexpr std::size_t row_cap = 1024;
-  const bool interior = g.ph == 0 && g.pw == 0 && g.ow <= row_cap, pairs = detail::pairs_2x2(g, x);
+  const bool interior = g.ph == 0 && g.pw == 0 && g.ow <= row_cap;
   detail::over_planes(g.planes, g.h * g.w, pool, [&](std::size_t p) {
     const auto xp = detail::plane_of(x, p, g.c);
     T* out = y.data + p * g.oh * g.ow;
-    if (pairs) {  // the same candidates in the same order as the row passes below
-      for (std::size_t i = 0; i < g.oh; ++i) {
-        const T* r0 = xp.base + static_cast<std::ptrdiff_t>(2 * i) * xp.s2;
-        const T* r1 = r0 + xp.s2;
-        T* o = out + i * g.ow;
-        if (is_max) {
-          for (std::size_t j = 0; j < g.ow; ++j) {
-            int at;
-            o[j] = detail::max4(r0[2 * j], r0[2 * j + 1], r1[2 * j], r1[2 * j + 1], at);
-          }
-        } else {
-          for (std::size_t j = 0; j < g.ow; ++j) o[j] = (((T(0) + r0[2 * j]) + r0[2 * j + 1]) + r1[2 * j] + r1[2 * j + 1]) * inv_area;
-        }
-        epilogue(p * g.oh + i, 0, g.ow);
-      }
-      return;
-    }
     if (interior) {
       for (std::size_t i = 0; i < g.oh; ++i) {
         T* acc = out + i * g.ow;
@@ -214,36 +171,9 @@ void pool2d_backward(const window& win, const strided<T>& gy, const strided<T>& 
   // and calls (that loop was 16% of T2's training step).
   constexpr std::size_t row_cap = 1024;
   const bool interior = is_max && g.ph == 0 && g.pw == 0 && g.ow <= row_cap;
-  const bool pairs = is_max && detail::pairs_2x2(g, x) && gy.stride[3] == 1;
   detail::over_planes(g.planes, g.h * g.w, pool, [&](std::size_t p) {
     const auto gp = detail::plane_of(gy, p, g.c);
     T* out = dx.data + p * g.h * g.w;
-    if (pairs) {
-      // Windows that tile the plane: each element of dx gets its window's gradient if it won
-      // the window (max4: window_max's rule), else 0; rows and columns past the last window
-      // (odd sizes, floor mode) are 0. Every element written once, no zero fill first.
-      const auto xp = detail::plane_of(x, p, g.c);
-      for (std::size_t i = 0; i < g.oh; ++i) {
-        const T* r0 = xp.base + static_cast<std::ptrdiff_t>(2 * i) * xp.s2;
-        const T* r1 = r0 + xp.s2;
-        const T* gr = gp.base + static_cast<std::ptrdiff_t>(i) * gp.s2;
-        T* d0 = out + 2 * i * g.w;
-        T* d1 = d0 + g.w;
-        for (std::size_t j = 0; j < g.ow; ++j) {
-          int at;
-          detail::max4(r0[2 * j], r0[2 * j + 1], r1[2 * j], r1[2 * j + 1], at);
-          const T v = gr[j];
-          d0[2 * j] = at == 0 ? v : T(0);
-          d0[2 * j + 1] = at == 1 ? v : T(0);
-          d1[2 * j] = at == 2 ? v : T(0);
-          d1[2 * j + 1] = at == 3 ? v : T(0);
-        }
-        for (std::size_t c = 2 * g.ow; c < g.w; ++c) d0[c] = d1[c] = T(0);
-      }
-      std::fill(out + 2 * g.oh * g.w, out + g.h * g.w, T(0));
-      for (std::size_t i = 0; i < g.h; ++i) epilogue(p * g.h + i, 0, g.w);
-      return;
-    }
     std::fill(out, out + g.h * g.w, T(0));
     if (interior) {
       const auto xp = detail::plane_of(x, p, g.c);
