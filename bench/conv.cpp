@@ -7,6 +7,9 @@
 // each as a forward and as a training step (forward + gradients of x, w and b of sum(y * r): fusebox
 // compile(value_and_grad(...)), libtorch autograd). fusebox runs the block as two kernels (conv with
 // bias + relu as its epilogue, then the pool); the training step's plan is printed with --explain.
+// Then T2_conv2's three convolution kernels alone through cpu::run_spatial (no epilogue), direct
+// (cpu/conv.hpp) and Winograd (cpu/winograd.hpp) in the same run; their max rel diff column is
+// Winograd's result against direct's. The blocks above use whatever FUSEBOX_CONV_WINOGRAD says.
 //   bench_conv [--threads=1,2] [--out=results.jsonl] [--explain]
 // Prints one JSON object per measurement (bench/harness.hpp), then a table.
 #include <cmath>
@@ -105,6 +108,52 @@ void block(const char* name, unsigned threads, bool explain, const std::string& 
   if (torch_step) emit_row(std::string(name) + "_train", "libtorch", "eager", measure(torch_step), 3 * conv_flops, -1, tcfg);
 }
 
+/// T2_conv2's forward, input gradient and weight gradient alone, direct and by Winograd.
+void conv2_kernels(unsigned threads, const std::string& out, std::vector<row>& rows) {
+  constexpr std::size_t N = 128, C = 32, H = 12, O = 64, K = 5, OH = H - K + 1;
+  const fb::dims xd{4, {N, C, H, H}}, wd{4, {O, C, K, K}}, yd{4, {N, O, OH, OH}};
+  std::vector<float> x(xd.size()), w(wd.size()), gy(yd.size());
+  fill_uniform(x.data(), x.size(), 11, 0.f, 1.f);
+  fill_uniform(w.data(), w.size(), 12, -0.2f, 0.2f);
+  fill_uniform(gy.data(), gy.size(), 13, -1.f, 1.f);
+  auto view = [](std::vector<float>& v, const fb::dims& d) { return fb::strided<float>{v.data(), d, fb::contiguous_strides(d)}; };
+  const fb::window fw{fb::spatial_op::conv2d, int(K), int(K), 1, 1, 0, 0},
+      iw{fb::spatial_op::conv2d_input_grad, 0, 0, 1, 1, 0, 0, int(H), int(H)},
+      ww{fb::spatial_op::conv2d_weight_grad, int(K), int(K), 1, 1, 0, 0};
+  struct kernel {
+    const char* name;
+    fb::window win;
+    std::vector<float>*a, *b;
+    fb::dims ad, bd, od;
+  } kernels[] = {{"T2_conv2_kernel_forward", fw, &x, &w, xd, wd, yd},
+                 {"T2_conv2_kernel_input_grad", iw, &gy, &w, yd, wd, xd},
+                 {"T2_conv2_kernel_weight_grad", ww, &gy, &x, yd, xd, wd}};
+  fb::cpu::thread_pool pool(threads);
+  const double flops = 2.0 * N * O * OH * OH * C * K * K;
+  const bool was = fb::cpu::conv_winograd();
+  for (kernel& k : kernels) {
+    std::vector<std::byte> ws(fb::cpu::spatial_workspace_bytes<float>(k.win, k.ad, k.bd, k.od, threads));
+    std::vector<float> direct(k.od.size()), wino(k.od.size());
+    for (const bool winograd : {false, true}) {
+      fb::cpu::set_conv_winograd(winograd);
+      std::vector<float>& o = winograd ? wino : direct;
+      const auto a = view(*k.a, k.ad), b = view(*k.b, k.bd), y = view(o, k.od);
+      const timing t = measure([&] { fb::cpu::run_spatial(k.win, a, b, y, pool, ws, fb::cpu::no_spatial_epilogue{}); });
+      const double err = winograd ? max_rel_diff(wino.data(), direct.data(), wino.size()) : -1;
+      record rec;
+      rec.workload = k.name, rec.system = "fusebox", rec.mode = winograd ? "winograd" : "direct", rec.threads = threads;
+      rec.config = "cpu::run_spatial, no epilogue";
+      rec.set(t);
+      rec.flops = flops;
+      rec.gflops = flops / t.median_us * 1e-3;  // direct convolution's flops, for both
+      rec.max_rel_err = err;
+      emit(rec, out);
+      rows.push_back({k.name, "fusebox", rec.mode, threads, t, rec.gflops, err});
+    }
+  }
+  fb::cpu::set_conv_winograd(was);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -134,6 +183,7 @@ int main(int argc, char** argv) {
     block<1, 28, 32>("T2_conv1", t, explain, out, rows);
     block<32, 12, 64>("T2_conv2", t, explain, out, rows);
   }
+  for (const unsigned t : threads) conv2_kernels(t, out, rows);
   table tab({"workload", "system", "mode", "threads", "median us", "p10 us", "p90 us", "GFLOP/s", "max rel diff"});
   for (const row& r : rows)
     tab.add({r.workload, r.system, r.mode, std::to_string(r.threads), fmt("%.0f", r.t.median_us), fmt("%.0f", r.t.p10_us),
