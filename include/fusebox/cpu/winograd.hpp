@@ -284,33 +284,38 @@ inline void require_workspace(spatial_op op, std::size_t have, std::size_t need)
 /// The 64 transformed kernels G k Gᵀ, each packed as gemm's A [rows, cols] (MR-row slivers) at
 /// dst + point * packed_a_elems(rows, cols): k = w[row, col] of w [rows, cols, 5, 5], or with
 /// `swap` k = w[col, row] of w [cols, rows, 5, 5] (the input gradient's A = Uᵀ). A task per
-/// row, its columns NR at a time side by side.
+/// sliver (rows interleave within one: a task per row had the two threads writing the same cache
+/// lines, and two threads took longer than one), its columns NR at a time side by side.
 inline void transform_weights(const strided<float>& w, bool swap, std::size_t out, std::size_t in, float* dst,
                               thread_pool& pool) {
   constexpr std::size_t MR = cpu::detail::conv_mr<float>, NR = cpu::detail::conv_nr<float>;
-  const std::size_t stride = cpu::detail::packed_a_elems<float>(out, in);
-  pool.parallel_for(out, [&](std::size_t oc, unsigned) {
+  const std::size_t stride = cpu::detail::packed_a_elems<float>(out, in), slivers = (out + MR - 1) / MR;
+  pool.parallel_for(slivers, [&](std::size_t sl, unsigned) {
     float kk[r * r * NR], t[alpha * r * NR], u[points * NR];
     const std::ptrdiff_t lane = static_cast<std::ptrdiff_t>(NR), five = static_cast<std::ptrdiff_t>(r * NR);
-    for (std::size_t ic0 = 0; ic0 < in; ic0 += NR) {
-      const std::size_t cnt = std::min(NR, in - ic0);
-      for (std::size_t j = 0; j < NR; ++j) {
-        const std::ptrdiff_t col = static_cast<std::ptrdiff_t>(ic0 + std::min(j, cnt - 1)), row = static_cast<std::ptrdiff_t>(oc);
-        const float* k = w.data + (swap ? col * w.stride[0] + row * w.stride[1] : row * w.stride[0] + col * w.stride[1]);
-        for (std::size_t a = 0; a < r; ++a)
-          for (std::size_t b = 0; b < r; ++b)
-            kk[(a * r + b) * NR + j] = k[static_cast<std::ptrdiff_t>(a) * w.stride[2] + static_cast<std::ptrdiff_t>(b) * w.stride[3]];
+    float* const sliver = dst + sl * in * MR;  // (row sl * MR + rr, column ic) at sliver[ic * MR + rr]
+    for (std::size_t rr = 0; rr < MR; ++rr) {
+      const std::size_t oc = sl * MR + rr;
+      if (oc >= out) {  // rows past `out` are zero
+        for (std::size_t p = 0; p < points; ++p)
+          for (std::size_t ic = 0; ic < in; ++ic) sliver[p * stride + ic * MR + rr] = 0.0f;
+        continue;
       }
-      for (std::size_t b = 0; b < r; ++b) kernel_1d<NR, r>(kk + b * NR, five, t + b * NR, five);  // t[ξ][b]
-      for (std::size_t xi = 0; xi < alpha; ++xi) kernel_1d<NR, r>(t + xi * r * NR, lane, u + xi * alpha * NR, lane);
-      float* at = dst + oc / MR * in * MR + oc % MR;  // (row oc, column ic) of a packed A: at[ic * MR]
-      for (std::size_t p = 0; p < points; ++p)
-        for (std::size_t j = 0; j < cnt; ++j) at[p * stride + (ic0 + j) * MR] = u[p * NR + j];
+      for (std::size_t ic0 = 0; ic0 < in; ic0 += NR) {
+        const std::size_t cnt = std::min(NR, in - ic0);
+        for (std::size_t j = 0; j < NR; ++j) {
+          const std::ptrdiff_t col = static_cast<std::ptrdiff_t>(ic0 + std::min(j, cnt - 1)), row = static_cast<std::ptrdiff_t>(oc);
+          const float* k = w.data + (swap ? col * w.stride[0] + row * w.stride[1] : row * w.stride[0] + col * w.stride[1]);
+          for (std::size_t a = 0; a < r; ++a)
+            for (std::size_t b = 0; b < r; ++b)
+              kk[(a * r + b) * NR + j] = k[static_cast<std::ptrdiff_t>(a) * w.stride[2] + static_cast<std::ptrdiff_t>(b) * w.stride[3]];
+        }
+        for (std::size_t b = 0; b < r; ++b) kernel_1d<NR, r>(kk + b * NR, five, t + b * NR, five);  // t[ξ][b]
+        for (std::size_t xi = 0; xi < alpha; ++xi) kernel_1d<NR, r>(t + xi * r * NR, lane, u + xi * alpha * NR, lane);
+        for (std::size_t p = 0; p < points; ++p)
+          for (std::size_t j = 0; j < cnt; ++j) sliver[p * stride + (ic0 + j) * MR + rr] = u[p * NR + j];
+      }
     }
-    if (oc % MR == 0 && out - oc < MR)  // the last sliver's rows past `out` are zero
-      for (std::size_t p = 0; p < points; ++p)
-        for (std::size_t ic = 0; ic < in; ++ic)
-          for (std::size_t rr = out - oc; rr < MR; ++rr) dst[p * stride + oc / MR * in * MR + ic * MR + rr] = 0.0f;
   });
 }
 
