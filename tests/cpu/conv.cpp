@@ -123,8 +123,9 @@ void check_close(const std::vector<T>& got, const std::vector<double>& want, con
 template <class T>
 void check_case(const conv_case& k, std::uint64_t seed, bool winograd = false) {
   cpu::set_conv_winograd(winograd);
-  INFO((winograd ? "Winograd: " : "direct: ") <<"N " << k.n << " C " << k.c << " H " << k.h << " W " << k.w << " O " << k.o << " K " << k.kh << "x" << k.kw
-            << " stride " << k.s << " padding " << k.p << (k.strided_operands ? " (strided operands)" : ""));
+  INFO((winograd ? "Winograd: " : "direct: ") << "N " << k.n << " C " << k.c << " H " << k.h << " W " << k.w << " O "
+                                               << k.o << " K " << k.kh << "x" << k.kw << " stride " << k.s << " padding "
+                                               << k.p << (k.strided_operands ? " (strided operands)" : ""));
   const std::size_t OH = k.oh(), OW = k.ow();
   const std::array<int, 4> plain{0, 1, 2, 3}, odd{2, 0, 3, 1};
   const auto x = make4<T>({k.n, k.c, k.h, k.w}, k.strided_operands ? odd : plain, k.strided_operands ? 2 : 1, seed);

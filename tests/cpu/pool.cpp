@@ -1,9 +1,9 @@
 // Tests for include/fusebox/cpu/pool.hpp's max_pool2d backward (the row-pass path taken without
-// padding, and the per-window path with padding) and its max and avg forward (the same paths), through cpu/spatial.hpp's run_spatial, against a naive double
-// reference on fresh random inputs, every element: ties (inputs drawn from 5 values, so the first
-// maximum in row-major order must win), overlapping windows (kernel 3, stride 2: a gradient
-// element gets several contributions), a NaN (it wins its windows), odd sizes (rows and columns
-// no window reaches), strided x and g.
+// padding, and the per-window path with padding) and its max and avg forward (the same paths),
+// through cpu/spatial.hpp's run_spatial, against a naive double reference on fresh random inputs,
+// every element: ties (inputs drawn from 5 values, so the first maximum in row-major order must
+// win), overlapping windows (kernel 3, stride 2: a gradient element gets several contributions),
+// a NaN (it wins its windows), odd sizes (rows and columns no window reaches), strided x and g.
 #include <fusebox/cpu/spatial.hpp>
 
 #include <catch2/catch.hpp>

@@ -227,6 +227,29 @@ constexpr std::size_t images_per_group(std::size_t tiles_per_image) {
   return std::max<std::size_t>(1, 32 / std::max<std::size_t>(tiles_per_image, 1));
 }
 
+/// A worker's scratch in the forward and the input gradient: the 64 GEMM panels [k_rows, NR] of
+/// a panel of tiles, their 64 products [m_rows, NR], and two tile buffers [64, NR].
+struct panel_scratch {
+  float *panels, *prod, *tile, *tmp;
+};
+template <class T>
+constexpr std::size_t panel_scratch_bytes(std::size_t k_rows, std::size_t m_rows) {
+  constexpr std::size_t NR = detail::conv_nr<T>;
+  return detail::round64(points * k_rows * NR * sizeof(float)) + detail::round64(points * m_rows * NR * sizeof(float)) +
+         2 * detail::round64(points * NR * sizeof(float));
+}
+inline panel_scratch carve_panels(std::byte* at, std::size_t k_rows, std::size_t m_rows) {
+  constexpr std::size_t NR = detail::conv_nr<float>;
+  panel_scratch s;
+  s.panels = reinterpret_cast<float*>(at);
+  at += detail::round64(points * k_rows * NR * sizeof(float));
+  s.prod = reinterpret_cast<float*>(at);
+  at += detail::round64(points * m_rows * NR * sizeof(float));
+  s.tile = reinterpret_cast<float*>(at);
+  s.tmp = reinterpret_cast<float*>(at + detail::round64(points * NR * sizeof(float)));
+  return s;
+}
+
 /// Workspace pieces, each a multiple of 64 bytes.
 struct sizes {
   std::size_t shared = 0, per_worker = 0;
@@ -247,15 +270,12 @@ constexpr sizes sizes_of(spatial_op op, const detail::conv_geometry& g) {
   }
   if (op == spatial_op::conv2d_input_grad) {  // [C, O] · [O, NR] products (transposed_convolution)
     s.shared = round64(points * detail::packed_a_elems<float>(g.c, g.o) * sizeof(float));
-    s.per_worker = round64(points * g.o * NR * sizeof(float)) + round64(points * g.c * NR * sizeof(float)) +
-                   2 * round64(points * NR * sizeof(float));
+    s.per_worker = panel_scratch_bytes<T>(g.o, g.c);
     return s;
   }
   const tiled_problem t = tiled_of(g);
   s.shared = round64(points * detail::packed_a_elems<float>(t.out, t.in) * sizeof(float));
-  s.per_worker = round64(points * t.in * NR * sizeof(float)) +   // the panel's transformed tiles
-                 round64(points * t.out * NR * sizeof(float)) +  // their products
-                 2 * round64(points * NR * sizeof(float));       // tile buffers
+  s.per_worker = panel_scratch_bytes<T>(t.in, t.out);
   return s;
 }
 
@@ -378,13 +398,7 @@ void tiled_convolution(const tiled_problem& t, const strided<float>& x, const fl
   const std::size_t tasks = (t.n + k_img - 1) / k_img, u_stride = cpu::detail::packed_a_elems<float>(t.out, t.in);
   const std::size_t out_plane = t.oh * t.ow;
   pool.parallel_for(tasks, [&](std::size_t task, unsigned worker) {
-    std::byte* at = workers + worker * per_worker;
-    float* panels = reinterpret_cast<float*>(at);  // [64][in][NR]
-    at += round64(points * t.in * NR * sizeof(float));
-    float* prod = reinterpret_cast<float*>(at);  // [64][out][NR]
-    at += round64(points * t.out * NR * sizeof(float));
-    float* tile = reinterpret_cast<float*>(at);
-    float* tmp = reinterpret_cast<float*>(at + round64(points * NR * sizeof(float)));
+    const auto [panels, prod, tile, tmp] = carve_panels(workers + worker * per_worker, t.in, t.out);
     const std::size_t n0 = task * k_img, n1 = std::min(t.n, n0 + k_img), tiles = (n1 - n0) * tp;
     for (std::size_t p0 = 0; p0 < tiles; p0 += NR) {
       const std::size_t cnt = std::min(NR, tiles - p0);
@@ -448,13 +462,7 @@ void transposed_convolution(const conv_geometry& g, const strided<float>& gy, co
   const std::size_t plane = g.h * g.w;
   const std::ptrdiff_t lane = static_cast<std::ptrdiff_t>(NR), A = alpha;
   pool.parallel_for(tasks, [&](std::size_t task, unsigned worker) {
-    std::byte* at = workers + worker * per_worker;
-    float* panels = reinterpret_cast<float*>(at);  // [64][O][NR]
-    at += round64(points * g.o * NR * sizeof(float));
-    float* prod = reinterpret_cast<float*>(at);  // [64][C][NR]
-    at += round64(points * g.c * NR * sizeof(float));
-    float* tile = reinterpret_cast<float*>(at);
-    float* tmp = reinterpret_cast<float*>(at + round64(points * NR * sizeof(float)));
+    const auto [panels, prod, tile, tmp] = carve_panels(workers + worker * per_worker, g.o, g.c);
     const std::size_t n0 = task * k_img, n1 = std::min(g.n, n0 + k_img), tiles = (n1 - n0) * tp;
     std::fill(dx.data + n0 * g.c * plane, dx.data + n1 * g.c * plane, 0.0f);
     for (std::size_t p0 = 0; p0 < tiles; p0 += NR) {
