@@ -185,9 +185,9 @@ inline void kernel_1d(const float* __restrict g, std::ptrdiff_t gs, float* __res
   }
 }
 
-/// Whether op qualifies: the forward or the weight gradient, float, a 5x5 kernel at unit stride,
-/// and enough channels on both sides that the 64 products are GEMMs worth the transforms (T2's
-/// first layer, one input channel, stays direct).
+/// Whether op (conv2d or either gradient) qualifies: float, a 5x5 kernel at unit stride, padding
+/// under 5, and enough channels on both sides that the 64 products are GEMMs worth the transforms
+/// (T2's first layer, one input channel, stays direct).
 template <class T>
 constexpr bool applies(spatial_op op, const detail::conv_geometry& g) {
   if (!std::is_same_v<T, float>) return false;
@@ -278,7 +278,6 @@ constexpr sizes sizes_of(spatial_op op, const detail::conv_geometry& g) {
   s.per_worker = panel_scratch_bytes<T>(t.in, t.out);
   return s;
 }
-
 
 /// Bytes of workspace op needs by Winograd (0 where it does not apply).
 template <class T>
@@ -372,8 +371,8 @@ inline void gather_tiles(std::ptrdiff_t sh, std::ptrdiff_t sw, std::size_t h, st
     for (std::size_t j = cnt; j < L; ++j) tile[p * L + j] = 0.0f;
 }
 
-/// V = Bᵀ d B for L tiles: tile [8][8][L] (destroyed: it holds the first pass), result point
-/// (ξ, ν) lane j at out[(ξ * 8 + ν) * point_stride + j].
+/// V = Bᵀ d B for L tiles: tile [8][8][L], the first pass in tmp, result point (ξ, ν) lane j at
+/// out[(ξ * 8 + ν) * point_stride + j] (out may be tile itself: the second pass reads tmp only).
 template <std::size_t L>
 inline void transform_input(float* tile, float* tmp, float* out, std::ptrdiff_t point_stride) {
   const std::ptrdiff_t row = static_cast<std::ptrdiff_t>(alpha * L), lane = static_cast<std::ptrdiff_t>(L);
@@ -393,7 +392,6 @@ template <class Epilogue>
 void tiled_convolution(const tiled_problem& t, const strided<float>& x, const float* u, const strided<float>& y,
                        thread_pool& pool, std::byte* workers, std::size_t per_worker, Epilogue& epilogue) {
   constexpr std::size_t NR = cpu::detail::conv_nr<float>;
-  using cpu::detail::round64;
   const std::size_t tp = t.tiles_per_image(), tw_n = t.tiles_w(), k_img = images_per_task<float>(tp);
   const std::size_t tasks = (t.n + k_img - 1) / k_img, u_stride = cpu::detail::packed_a_elems<float>(t.out, t.in);
   const std::size_t out_plane = t.oh * t.ow;
@@ -456,7 +454,6 @@ template <class Epilogue>
 void transposed_convolution(const conv_geometry& g, const strided<float>& gy, const float* u, const strided<float>& dx,
                             thread_pool& pool, std::byte* workers, std::size_t per_worker, Epilogue& epilogue) {
   constexpr std::size_t NR = cpu::detail::conv_nr<float>;
-  using cpu::detail::round64;
   const std::size_t tw_n = (g.ow + m - 1) / m, tp = (g.oh + m - 1) / m * tw_n, k_img = images_per_task<float>(tp);
   const std::size_t tasks = (g.n + k_img - 1) / k_img, u_stride = cpu::detail::packed_a_elems<float>(g.c, g.o);
   const std::size_t plane = g.h * g.w;
