@@ -222,3 +222,19 @@ TEST_CASE("cpu conv kernels: double, against double references, every element", 
   std::uint64_t seed = 211;
   for (const auto& k : cases) check_case<double>(k, seed += 10);
 }
+
+TEST_CASE("cpu conv kernels: a Winograd call given too little workspace says what it needs", "[cpu][conv]") {
+  const conv_case k{2, 8, 12, 12, 8, 5, 5, 1, 0, false};
+  const auto x = make4<float>({k.n, k.c, k.h, k.w}, {0, 1, 2, 3}, 1, 7);
+  const auto w = make4<float>({k.o, k.c, k.kh, k.kw}, {0, 1, 2, 3}, 1, 8);
+  const dims ys{4, {k.n, k.o, k.oh(), k.ow()}};
+  const window win{spatial_op::conv2d, 5, 5, 1, 1, 0, 0};
+  cpu::thread_pool pool(1);
+  const std::size_t need = cpu::spatial_workspace_bytes<float>(win, x.view.shape, w.view.shape, ys, 1);
+  std::vector<std::byte> ws(need - 65);  // short of what Winograd needs even after aligning
+  std::vector<float> out(ys.size());
+  const strided<float> y{out.data(), ys, fusebox::contiguous_strides(ys)};
+  REQUIRE(cpu::runs_winograd(win, x.view, w.view, y));
+  REQUIRE_THROWS_WITH(cpu::run_spatial(win, x.view, w.view, y, pool, ws, cpu::no_spatial_epilogue{}),
+                      Catch::Contains("Winograd conv2d needs") && Catch::Contains("bytes of workspace"));
+}
