@@ -1,9 +1,11 @@
-// Tests for include/fusebox/cpu/pool.hpp's max_pool2d backward (the row-pass path taken without
-// padding, and the per-window path with padding) and its max and avg forward (the same paths),
+// Tests for include/fusebox/cpu/pool.hpp's max_pool2d backward (cpu/max_pool_2x2.hpp's vector
+// kernels for 2x2 windows at stride 2, the row-pass path taken otherwise without padding, and the
+// per-window path with padding) and its max and avg forward (the same paths),
 // through cpu/spatial.hpp's run_spatial, against a naive double reference on fresh random inputs,
 // every element: ties (inputs drawn from 5 values, so the first maximum in row-major order must
 // win), overlapping windows (kernel 3, stride 2: a gradient element gets several contributions),
-// a NaN (it wins its windows), odd sizes (rows and columns no window reaches), strided x and g.
+// NaNs (they win their windows, the later of two in one window), odd sizes (rows and columns no
+// window reaches), strided x and g.
 #include <fusebox/cpu/spatial.hpp>
 
 #include <catch2/catch.hpp>
@@ -27,6 +29,7 @@ struct pool_case {
   std::size_t n, c, h, w;
   int k, s, p;
   bool strided_operands;
+  bool strided_g_only = false;  // the backward's g strided, x contiguous (cpu/max_pool_2x2.hpp gathers g's rows)
   std::size_t oh() const { return (h + 2 * p - k) / s + 1; }
   std::size_t ow() const { return (w + 2 * p - k) / s + 1; }
 };
@@ -37,17 +40,20 @@ void check_max_backward(const pool_case& q, std::uint64_t seed) {
             << " padding " << q.p << (q.strided_operands ? " (strided)" : ""));
   std::mt19937_64 rng(seed);
   const std::size_t OH = q.oh(), OW = q.ow(), spread = q.strided_operands ? 2 : 1;
-  // x with few distinct values (ties), one NaN; g in +-[0.25, 1].
-  std::vector<T> xs(q.n * q.c * q.h * q.w * spread), gs(q.n * q.c * OH * OW * spread);
+  const std::size_t g_spread = q.strided_operands || q.strided_g_only ? 2 : 1;
+  // x with few distinct values (ties), two NaNs one row apart (often in one window: the later
+  // one wins); g in +-[0.25, 1].
+  std::vector<T> xs(q.n * q.c * q.h * q.w * spread), gs(q.n * q.c * OH * OW * g_spread);
   for (auto& v : xs) v = T(int(rng() % 5) - 2);
   xs[(xs.size() / 3) / spread * spread] = std::numeric_limits<T>::quiet_NaN();
+  xs[(xs.size() / 3) / spread * spread + q.w * spread] = std::numeric_limits<T>::quiet_NaN();
   std::uniform_real_distribution<double> mag(0.25, 1.0);
   for (auto& v : gs) v = T(rng() & 1 ? mag(rng) : -mag(rng));
   const dims xd{4, {q.n, q.c, q.h, q.w}}, gd{4, {q.n, q.c, OH, OW}};
   strided<T> x{xs.data(), xd, fusebox::contiguous_strides(xd)}, g{gs.data(), gd, fusebox::contiguous_strides(gd)};
   for (std::size_t d = 0; d < 4; ++d) {
     x.stride[d] *= std::ptrdiff_t(spread);
-    g.stride[d] *= std::ptrdiff_t(spread);
+    g.stride[d] *= std::ptrdiff_t(g_spread);
   }
   auto X = [&](std::size_t n, std::size_t c, long i, long j) {
     return xs[(((n * q.c + c) * q.h + std::size_t(i)) * q.w + std::size_t(j)) * spread];
@@ -71,7 +77,7 @@ void check_max_backward(const pool_case& q, std::uint64_t seed) {
                 at = r * long(q.w) + col;
               }
             }
-          want[(n * q.c + c) * q.h * q.w + std::size_t(at)] += double(gs[(((n * q.c + c) * OH + i) * OW + j) * spread]);
+          want[(n * q.c + c) * q.h * q.w + std::size_t(at)] += double(gs[(((n * q.c + c) * OH + i) * OW + j) * g_spread]);
         }
 
   for (unsigned threads : {1u, 2u}) {
@@ -98,10 +104,16 @@ void check_max_backward(const pool_case& q, std::uint64_t seed) {
   }
 }
 
+// The 2x2 stride-2 cases with x's rows contiguous run cpu/max_pool_2x2.hpp's kernels: 12 outputs a
+// row are one 8-lane and one 4-lane vector (float; double: 4 + 4 + 2 + 2), 17 two 8-lane vectors and
+// a scalar tail, 4 the 4-lane vector alone.
 const pool_case cases[] = {
-    {3, 4, 24, 24, 2, 2, 0, false},  // T2's first pooling
-    {2, 3, 9, 7, 2, 2, 0, false},    // a row and a column no window reaches
-    {2, 5, 8, 8, 2, 2, 0, true},     // T2's second, strided operands
+    {3, 4, 24, 24, 2, 2, 0, false},        // T2's first pooling
+    {2, 3, 9, 7, 2, 2, 0, false},          // a row and a column no window reaches
+    {2, 3, 21, 35, 2, 2, 0, false},        // the same, with whole vectors and a tail
+    {2, 5, 8, 8, 2, 2, 0, false},          // T2's second
+    {2, 5, 8, 8, 2, 2, 0, true},           // strided operands: the row passes
+    {3, 2, 24, 24, 2, 2, 0, false, true},  // g strided, x contiguous
     {2, 3, 11, 9, 3, 2, 0, false},   // overlapping windows, odd sizes
     {2, 3, 10, 7, 3, 2, 1, false},   // padding: the per-window path
 };

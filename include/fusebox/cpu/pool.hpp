@@ -10,7 +10,9 @@
 // (nothing is saved but x, which the forward read anyway) and adds each output's gradient there.
 // Average: the window's sum over Kernel * Kernel (torch's count_include_pad=True); the backward
 // spreads g / (Kernel * Kernel) over the in-bounds part of each window.
-// Depends on: core/tensor.hpp, cpu/thread_pool.hpp, expr/window.hpp.
+// Max with a 2x2 window at stride 2 and no padding over rows x reads contiguously (T2's poolings)
+// runs cpu/max_pool_2x2.hpp's vector kernels, with the same results bit for bit.
+// Depends on: core/tensor.hpp, cpu/max_pool_2x2.hpp, cpu/thread_pool.hpp, expr/window.hpp.
 #pragma once
 
 #include <algorithm>
@@ -21,6 +23,7 @@
 
 #include "fusebox/core/errors.hpp"
 #include "fusebox/core/tensor.hpp"
+#include "fusebox/cpu/max_pool_2x2.hpp"
 #include "fusebox/cpu/thread_pool.hpp"
 #include "fusebox/expr/window.hpp"
 
@@ -96,6 +99,13 @@ inline pool_geometry pool_geometry_of(const window& win, const dims& x, const di
   return {x[0] * x[1], x[1], x[2], x[3], y[2], y[3], win.kh, win.kw, win.sh, win.sw, win.ph, win.pw};
 }
 
+/// Whether max pooling of x takes cpu/max_pool_2x2.hpp's kernels: a 2x2 window at stride 2, no
+/// padding, x's rows contiguous.
+template <class T>
+bool is_max_pool_2x2(const pool_geometry& g, const strided<T>& x) {
+  return g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0 && x.stride[3] == 1;
+}
+
 }  // namespace detail
 
 /// y = max_pool2d(x) or avg_pool2d(x), by win.op.
@@ -111,9 +121,18 @@ void pool2d_forward(const window& win, const strided<T>& x, const strided<T>& y,
   // order, so the maximum (first wins, NaN wins) is the one the general loop below picks.
   constexpr std::size_t row_cap = 1024;
   const bool interior = g.ph == 0 && g.pw == 0 && g.ow <= row_cap;
+  const bool max_2x2 = is_max && detail::is_max_pool_2x2(g, x);
   detail::over_planes(g.planes, g.h * g.w, pool, [&](std::size_t p) {
     const auto xp = detail::plane_of(x, p, g.c);
     T* out = y.data + p * g.oh * g.ow;
+    if (max_2x2) {
+      for (std::size_t i = 0; i < g.oh; ++i) {
+        const T* a = xp.base + static_cast<std::ptrdiff_t>(2 * i) * xp.s2;
+        max_pool_2x2_row(a, a + xp.s2, out + i * g.ow, g.ow);
+        epilogue(p * g.oh + i, 0, g.ow);
+      }
+      return;
+    }
     if (interior) {
       for (std::size_t i = 0; i < g.oh; ++i) {
         T* acc = out + i * g.ow;
@@ -171,9 +190,30 @@ void pool2d_backward(const window& win, const strided<T>& gy, const strided<T>& 
   // and calls (that loop was 16% of T2's training step).
   constexpr std::size_t row_cap = 1024;
   const bool interior = is_max && g.ph == 0 && g.pw == 0 && g.ow <= row_cap;
+  // The 2x2 kernels write every element windows cover, once; with gy's rows contiguous they
+  // read it in place (else a row is gathered first).
+  const bool max_2x2 = is_max && detail::is_max_pool_2x2(g, x) && (gy.stride[3] == 1 || g.ow <= row_cap);
+  const bool covered = g.h == 2 * g.oh && g.w == 2 * g.ow;
   detail::over_planes(g.planes, g.h * g.w, pool, [&](std::size_t p) {
     const auto gp = detail::plane_of(gy, p, g.c);
     T* out = dx.data + p * g.h * g.w;
+    if (max_2x2) {
+      if (!covered) std::fill(out, out + g.h * g.w, T(0));
+      const auto xp = detail::plane_of(x, p, g.c);
+      T g_row[row_cap];
+      for (std::size_t i = 0; i < g.oh; ++i) {
+        const T* g_at = gp.base + static_cast<std::ptrdiff_t>(i) * gp.s2;
+        if (gp.s3 != 1) {
+          for (std::size_t j = 0; j < g.ow; ++j) g_row[j] = g_at[static_cast<std::ptrdiff_t>(j) * gp.s3];
+          g_at = g_row;
+        }
+        const T* a = xp.base + static_cast<std::ptrdiff_t>(2 * i) * xp.s2;
+        T* da = out + 2 * i * g.w;
+        max_pool_2x2_backward_row(a, a + xp.s2, g_at, da, da + g.w, g.ow);
+      }
+      for (std::size_t i = 0; i < g.h; ++i) epilogue(p * g.h + i, 0, g.w);
+      return;
+    }
     std::fill(out, out + g.h * g.w, T(0));
     if (interior) {
       const auto xp = detail::plane_of(x, p, g.c);
