@@ -29,7 +29,7 @@ struct pool_case {
   std::size_t n, c, h, w;
   int k, s, p;
   bool strided_operands;
-  bool strided_g_only = false;  // the backward's g strided, x contiguous (cpu/max_pool_2x2.hpp gathers g's rows)
+  bool strided_g_only = false;  // the backward's g strided, x contiguous: the row passes, not the 2x2 kernels
   std::size_t oh() const { return (h + 2 * p - k) / s + 1; }
   std::size_t ow() const { return (w + 2 * p - k) / s + 1; }
 };
@@ -104,18 +104,18 @@ void check_max_backward(const pool_case& q, std::uint64_t seed) {
   }
 }
 
-// The 2x2 stride-2 cases with x's rows contiguous run cpu/max_pool_2x2.hpp's kernels: 12 outputs a
-// row are one 8-lane and one 4-lane vector (float; double: 4 + 4 + 2 + 2), 17 two 8-lane vectors and
-// a scalar tail, 4 the 4-lane vector alone.
+// The 2x2 stride-2 cases with x's rows and g's contiguous run cpu/max_pool_2x2.hpp's kernels (with
+// AVX2, float: 12 outputs a row are an 8-lane and a 4-lane range, 17 an 8-lane range and a scalar
+// tail, 4 a 4-lane range; double's vectors have half the lanes).
 const pool_case cases[] = {
     {3, 4, 24, 24, 2, 2, 0, false},        // T2's first pooling
     {2, 3, 9, 7, 2, 2, 0, false},          // a row and a column no window reaches
     {2, 3, 21, 35, 2, 2, 0, false},        // the same, with whole vectors and a tail
     {2, 5, 8, 8, 2, 2, 0, false},          // T2's second
     {2, 5, 8, 8, 2, 2, 0, true},           // strided operands: the row passes
-    {3, 2, 24, 24, 2, 2, 0, false, true},  // g strided, x contiguous
-    {2, 3, 11, 9, 3, 2, 0, false},   // overlapping windows, odd sizes
-    {2, 3, 10, 7, 3, 2, 1, false},   // padding: the per-window path
+    {3, 2, 24, 24, 2, 2, 0, false, true},  // g strided, x contiguous: the row passes
+    {2, 3, 11, 9, 3, 2, 0, false},         // overlapping windows, odd sizes
+    {2, 3, 10, 7, 3, 2, 1, false},         // padding: the per-window path
 };
 
 }  // namespace

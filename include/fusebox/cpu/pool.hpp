@@ -126,11 +126,8 @@ void pool2d_forward(const window& win, const strided<T>& x, const strided<T>& y,
     const auto xp = detail::plane_of(x, p, g.c);
     T* out = y.data + p * g.oh * g.ow;
     if (max_2x2) {
-      for (std::size_t i = 0; i < g.oh; ++i) {
-        const T* a = xp.base + static_cast<std::ptrdiff_t>(2 * i) * xp.s2;
-        max_pool_2x2_row(a, a + xp.s2, out + i * g.ow, g.ow);
-        epilogue(p * g.oh + i, 0, g.ow);
-      }
+      max_pool_2x2_plane(xp.base, xp.s2, g.oh, g.ow, out);
+      for (std::size_t i = 0; i < g.oh; ++i) epilogue(p * g.oh + i, 0, g.ow);
       return;
     }
     if (interior) {
@@ -190,9 +187,8 @@ void pool2d_backward(const window& win, const strided<T>& gy, const strided<T>& 
   // and calls (that loop was 16% of T2's training step).
   constexpr std::size_t row_cap = 1024;
   const bool interior = is_max && g.ph == 0 && g.pw == 0 && g.ow <= row_cap;
-  // The 2x2 kernels write every element windows cover, once; with gy's rows contiguous they
-  // read it in place (else a row is gathered first).
-  const bool max_2x2 = is_max && detail::is_max_pool_2x2(g, x) && (gy.stride[3] == 1 || g.ow <= row_cap);
+  // The 2x2 kernels (gy's rows contiguous) write every element windows cover, once.
+  const bool max_2x2 = is_max && detail::is_max_pool_2x2(g, x) && gy.stride[3] == 1;
   const bool covered = g.h == 2 * g.oh && g.w == 2 * g.ow;
   detail::over_planes(g.planes, g.h * g.w, pool, [&](std::size_t p) {
     const auto gp = detail::plane_of(gy, p, g.c);
@@ -200,17 +196,7 @@ void pool2d_backward(const window& win, const strided<T>& gy, const strided<T>& 
     if (max_2x2) {
       if (!covered) std::fill(out, out + g.h * g.w, T(0));
       const auto xp = detail::plane_of(x, p, g.c);
-      T g_row[row_cap];
-      for (std::size_t i = 0; i < g.oh; ++i) {
-        const T* g_at = gp.base + static_cast<std::ptrdiff_t>(i) * gp.s2;
-        if (gp.s3 != 1) {
-          for (std::size_t j = 0; j < g.ow; ++j) g_row[j] = g_at[static_cast<std::ptrdiff_t>(j) * gp.s3];
-          g_at = g_row;
-        }
-        const T* a = xp.base + static_cast<std::ptrdiff_t>(2 * i) * xp.s2;
-        T* da = out + 2 * i * g.w;
-        max_pool_2x2_backward_row(a, a + xp.s2, g_at, da, da + g.w, g.ow);
-      }
+      max_pool_2x2_backward_plane(xp.base, xp.s2, gp.base, gp.s2, g.oh, g.ow, out, static_cast<std::ptrdiff_t>(g.w));
       for (std::size_t i = 0; i < g.h; ++i) epilogue(p * g.h + i, 0, g.w);
       return;
     }

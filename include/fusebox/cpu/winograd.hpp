@@ -458,8 +458,11 @@ void transposed_convolution(const conv_geometry& g, const strided<float>& gy, co
   const std::size_t tasks = (g.n + k_img - 1) / k_img, u_stride = cpu::detail::packed_a_elems<float>(g.c, g.o);
   const std::size_t plane = g.h * g.w;
   const std::ptrdiff_t lane = static_cast<std::ptrdiff_t>(NR), A = alpha;
+  constexpr std::size_t lanes = xsimd::batch<float>::size;  // cpu::detail::transpose_block's side
+  static_assert(NR % lanes == 0 && (m * m) % lanes == 0 && points % lanes == 0);
   pool.parallel_for(tasks, [&](std::size_t task, unsigned worker) {
     const auto [panels, prod, tile, tmp] = carve_panels(workers + worker * per_worker, g.o, g.c);
+    alignas(64) float by_tile[NR * points];  // tiles one after another: [NR][16] in, [lanes][64] out
     const std::size_t n0 = task * k_img, n1 = std::min(g.n, n0 + k_img), tiles = (n1 - n0) * tp;
     std::fill(dx.data + n0 * g.c * plane, dx.data + n1 * g.c * plane, 0.0f);
     for (std::size_t p0 = 0; p0 < tiles; p0 += NR) {
@@ -477,16 +480,30 @@ void transposed_convolution(const conv_geometry& g, const strided<float>& gy, co
         iw0[j] = static_cast<std::ptrdiff_t>(ow0) - g.pw;
       }
       // In: each channel of gy, its NR tiles spread to 8x8 (A g Aᵀ), into the 64 panels [O, NR].
+      // A tile's 4x4 values are gathered tile by tile (rows of 4 contiguous floats where gy's
+      // rows are), then turned lane-major ([16][NR]) by register transposes: gathering
+      // lane-major directly was a scalar, conditional load per element.
       for (std::size_t o = 0; o < g.o; ++o) {
         const float* src = gy.data + static_cast<std::ptrdiff_t>(o) * gy.stride[1];
-        for (std::size_t a = 0; a < m; ++a)
-          for (std::size_t b = 0; b < m; ++b) {
-            float* t = tile + (a * m + b) * NR;
-            for (std::size_t j = 0; j < NR; ++j)
-              t[j] = j < cnt && a < rows[j] && b < cols[j]
-                         ? src[corner[j] + static_cast<std::ptrdiff_t>(a) * gy.stride[2] + static_cast<std::ptrdiff_t>(b) * gy.stride[3]]
-                         : 0.0f;
+        for (std::size_t j = 0; j < NR; ++j) {
+          float* to = by_tile + j * m * m;
+          if (j < cnt && rows[j] == m && cols[j] == m && gy.stride[3] == 1) {
+            for (std::size_t a = 0; a < m; ++a) {
+              const float* from = src + corner[j] + static_cast<std::ptrdiff_t>(a) * gy.stride[2];
+              for (std::size_t b = 0; b < m; ++b) to[a * m + b] = from[b];
+            }
+          } else {
+            for (std::size_t a = 0; a < m; ++a)
+              for (std::size_t b = 0; b < m; ++b)
+                to[a * m + b] = j < cnt && a < rows[j] && b < cols[j]
+                                    ? src[corner[j] + static_cast<std::ptrdiff_t>(a) * gy.stride[2] +
+                                          static_cast<std::ptrdiff_t>(b) * gy.stride[3]]
+                                    : 0.0f;
           }
+        }
+        for (std::size_t k0 = 0; k0 < m * m; k0 += lanes)
+          for (std::size_t j0 = 0; j0 < NR; j0 += lanes)
+            cpu::detail::transpose_block(by_tile + j0 * m * m + k0, static_cast<std::ptrdiff_t>(m * m), tile + k0 * NR + j0, NR);
         const std::ptrdiff_t four = static_cast<std::ptrdiff_t>(m * NR);
         for (std::size_t b = 0; b < m; ++b) spread_1d<NR>(tile + b * NR, four, tmp + b * NR, four);  // tmp[ξ][b]
         for (std::size_t xi = 0; xi < alpha; ++xi)
@@ -504,13 +521,25 @@ void transposed_convolution(const conv_geometry& g, const strided<float>& gy, co
           gather_1d<NR>(mc + static_cast<std::ptrdiff_t>(nu) * point, A * point, tmp + nu * NR, A * lane);
         for (std::size_t a = 0; a < alpha; ++a)  // along ν: tile[a][b]
           gather_1d<NR>(tmp + a * alpha * NR, lane, tile + a * alpha * NR, lane);
-        for (std::size_t j = 0; j < cnt; ++j) {
-          float* d = dx.data + (img[j] * g.c + c) * plane;
-          const std::ptrdiff_t a0 = std::clamp<std::ptrdiff_t>(-ih0[j], 0, A), a1 = std::clamp<std::ptrdiff_t>(H - ih0[j], a0, A);
-          const std::ptrdiff_t b0 = std::clamp<std::ptrdiff_t>(-iw0[j], 0, A), b1 = std::clamp<std::ptrdiff_t>(W - iw0[j], b0, A);
-          for (std::ptrdiff_t a = a0; a < a1; ++a) {
-            float* drow = d + (ih0[j] + a) * W + iw0[j];
-            for (std::ptrdiff_t b = b0; b < b1; ++b) drow[b] += tile[(a * A + b) * lane + static_cast<std::ptrdiff_t>(j)];
+        // Tile-major by register transposes ([NR][64]), so a whole window row is 8 contiguous
+        // floats added at once; tiles in order and rows in order within each, as the scalar
+        // loop over the lane-major tile added them, so the sums are the same to the bit.
+        for (std::size_t j0 = 0; j0 < cnt; j0 += lanes) {
+          for (std::size_t p0 = 0; p0 < points; p0 += lanes)
+            cpu::detail::transpose_block(tile + p0 * NR + j0, lane, by_tile + p0, points);
+          for (std::size_t j = j0; j < std::min(cnt, j0 + lanes); ++j) {
+            const float* t = by_tile + (j - j0) * points;
+            float* d = dx.data + (img[j] * g.c + c) * plane;
+            const std::ptrdiff_t a0 = std::clamp<std::ptrdiff_t>(-ih0[j], 0, A), a1 = std::clamp<std::ptrdiff_t>(H - ih0[j], a0, A);
+            const std::ptrdiff_t b0 = std::clamp<std::ptrdiff_t>(-iw0[j], 0, A), b1 = std::clamp<std::ptrdiff_t>(W - iw0[j], b0, A);
+            for (std::ptrdiff_t a = a0; a < a1; ++a) {
+              float* drow = d + (ih0[j] + a) * W + iw0[j];
+              const float* trow = t + a * A;
+              if (b0 == 0 && b1 == A)
+                for (std::size_t b = 0; b < alpha; ++b) drow[b] += trow[b];
+              else
+                for (std::ptrdiff_t b = b0; b < b1; ++b) drow[b] += trow[b];
+            }
           }
         }
       }
