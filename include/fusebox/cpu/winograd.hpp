@@ -338,37 +338,47 @@ inline void transform_weights(const strided<float>& w, bool swap, std::size_t ou
   });
 }
 
-/// tile[a][b][j] (8x8 values, L lanes) = the plane at base[j] (h x w, strides sh, sw), rows
-/// ih0[j] + a, columns iw0[j] + b, 0 outside it; lanes j >= cnt are 0.
-template <std::size_t L>
+/// tile[a][b][j] (S x S values, L lanes) = the plane at base[j] (h x w, strides sh, sw), rows
+/// ih0[j] + a, columns iw0[j] + b, 0 outside it; lanes j >= cnt are 0. Lanes are tiles (the
+/// forward, the input gradient) or channels (the weight gradient).
+/// Each window is copied whole first, tile-major (its rows are contiguous floats where the
+/// plane's are), then turned lane-major by register transposes (cpu::detail::transpose_block):
+/// gathered lane-major directly, every element was a scalar load at a stride, which was about as
+/// much time as the 64 products.
+template <std::size_t L, std::size_t S = alpha>
 inline void gather_tiles(std::ptrdiff_t sh, std::ptrdiff_t sw, std::size_t h, std::size_t w, const std::ptrdiff_t* ih0,
                          const std::ptrdiff_t* iw0, const float* const* base, std::size_t cnt, float* tile) {
-  const std::ptrdiff_t H = static_cast<std::ptrdiff_t>(h), W = static_cast<std::ptrdiff_t>(w), A = alpha;
+  constexpr std::size_t lanes = xsimd::batch<float>::size, area = S * S;
+  static_assert(L % lanes == 0 && area % lanes == 0, "whole transpose blocks");
+  const std::ptrdiff_t H = static_cast<std::ptrdiff_t>(h), W = static_cast<std::ptrdiff_t>(w), side = S;
+  alignas(64) float by_tile[L * area];
   for (std::size_t j = 0; j < cnt; ++j) {
     // Rows [a0, a1) and columns [b0, b1) of the tile lie in the plane; the rest is padding.
-    const std::ptrdiff_t a0 = std::clamp<std::ptrdiff_t>(-ih0[j], 0, A), a1 = std::clamp<std::ptrdiff_t>(H - ih0[j], a0, A);
-    const std::ptrdiff_t b0 = std::clamp<std::ptrdiff_t>(-iw0[j], 0, A), b1 = std::clamp<std::ptrdiff_t>(W - iw0[j], b0, A);
+    const std::ptrdiff_t a0 = std::clamp<std::ptrdiff_t>(-ih0[j], 0, side), a1 = std::clamp<std::ptrdiff_t>(H - ih0[j], a0, side);
+    const std::ptrdiff_t b0 = std::clamp<std::ptrdiff_t>(-iw0[j], 0, side), b1 = std::clamp<std::ptrdiff_t>(W - iw0[j], b0, side);
     const float* row = base[j] + ih0[j] * sh + iw0[j] * sw;
-    float* t = tile + j;
-    if (a0 == 0 && a1 == A && b0 == 0 && b1 == A) {
-      for (std::size_t a = 0; a < alpha; ++a, row += sh)
-        for (std::size_t b = 0; b < alpha; ++b) t[(a * alpha + b) * L] = row[static_cast<std::ptrdiff_t>(b) * sw];
+    float* t = by_tile + j * area;
+    if (a0 == 0 && a1 == side && b0 == 0 && b1 == side) {
+      for (std::size_t a = 0; a < S; ++a, row += sh, t += S)
+        if (sw == 1)
+          for (std::size_t b = 0; b < S; ++b) t[b] = row[b];
+        else
+          for (std::size_t b = 0; b < S; ++b) t[b] = row[static_cast<std::ptrdiff_t>(b) * sw];
       continue;
     }
-    for (std::ptrdiff_t a = 0; a < A; ++a) {
-      float* ta = t + a * A * static_cast<std::ptrdiff_t>(L);
+    for (std::ptrdiff_t a = 0; a < side; ++a, t += S) {
       if (a < a0 || a >= a1) {
-        for (std::ptrdiff_t b = 0; b < A; ++b) ta[b * static_cast<std::ptrdiff_t>(L)] = 0.0f;
+        std::fill(t, t + S, 0.0f);
         continue;
       }
       const float* ra = row + a * sh;
-      for (std::ptrdiff_t b = 0; b < b0; ++b) ta[b * static_cast<std::ptrdiff_t>(L)] = 0.0f;
-      for (std::ptrdiff_t b = b0; b < b1; ++b) ta[b * static_cast<std::ptrdiff_t>(L)] = ra[b * sw];
-      for (std::ptrdiff_t b = b1; b < A; ++b) ta[b * static_cast<std::ptrdiff_t>(L)] = 0.0f;
+      for (std::ptrdiff_t b = 0; b < side; ++b) t[b] = b >= b0 && b < b1 ? ra[b * sw] : 0.0f;
     }
   }
-  for (std::size_t p = 0; p < points; ++p)
-    for (std::size_t j = cnt; j < L; ++j) tile[p * L + j] = 0.0f;
+  std::fill(by_tile + cnt * area, by_tile + L * area, 0.0f);
+  for (std::size_t p0 = 0; p0 < area; p0 += lanes)
+    for (std::size_t j0 = 0; j0 < L; j0 += lanes)
+      cpu::detail::transpose_block(by_tile + j0 * area + p0, static_cast<std::ptrdiff_t>(area), tile + p0 * L + j0, L);
 }
 
 /// V = Bᵀ d B for L tiles: tile [8][8][L], the first pass in tmp, result point (ξ, ν) lane j at
@@ -395,8 +405,11 @@ void tiled_convolution(const tiled_problem& t, const strided<float>& x, const fl
   const std::size_t tp = t.tiles_per_image(), tw_n = t.tiles_w(), k_img = images_per_task<float>(tp);
   const std::size_t tasks = (t.n + k_img - 1) / k_img, u_stride = cpu::detail::packed_a_elems<float>(t.out, t.in);
   const std::size_t out_plane = t.oh * t.ow;
+  constexpr std::size_t lanes = xsimd::batch<float>::size;  // cpu::detail::transpose_block's side
+  static_assert(NR % lanes == 0 && (m * m) % lanes == 0);
   pool.parallel_for(tasks, [&](std::size_t task, unsigned worker) {
     const auto [panels, prod, tile, tmp] = carve_panels(workers + worker * per_worker, t.in, t.out);
+    alignas(64) float by_tile[lanes * m * m];  // the out step's tiles one after another: [lanes][16]
     const std::size_t n0 = task * k_img, n1 = std::min(t.n, n0 + k_img), tiles = (n1 - n0) * tp;
     for (std::size_t p0 = 0; p0 < tiles; p0 += NR) {
       const std::size_t cnt = std::min(NR, tiles - p0);
@@ -429,12 +442,23 @@ void tiled_convolution(const tiled_problem& t, const strided<float>& x, const fl
                            static_cast<std::ptrdiff_t>(alpha * NR));
         for (std::size_t i = 0; i < m; ++i)  // along ν: tile[i][k]
           output_1d<NR, m>(tmp + i * alpha * NR, lane, tile + i * m * NR, lane);
-        for (std::size_t j = 0; j < cnt; ++j) {
-          float* dst = y.data + (ref[j].n * t.out + o) * out_plane;
-          const std::size_t oh0 = ref[j].th * m, ow0 = ref[j].tw * m;
-          const std::size_t rows = std::min(m, t.oh - oh0), cols = std::min(m, t.ow - ow0);
-          for (std::size_t i = 0; i < rows; ++i)
-            for (std::size_t k = 0; k < cols; ++k) dst[(oh0 + i) * t.ow + ow0 + k] = tile[(i * m + k) * NR + j];
+        // Tile-major by register transposes, so each of a tile's rows is 4 contiguous floats.
+        for (std::size_t j0 = 0; j0 < cnt; j0 += lanes) {
+          for (std::size_t k0 = 0; k0 < m * m; k0 += lanes)
+            cpu::detail::transpose_block(tile + k0 * NR + j0, lane, by_tile + k0, m * m);
+          for (std::size_t j = j0; j < std::min(cnt, j0 + lanes); ++j) {
+            const float* from = by_tile + (j - j0) * m * m;
+            float* dst = y.data + (ref[j].n * t.out + o) * out_plane;
+            const std::size_t oh0 = ref[j].th * m, ow0 = ref[j].tw * m;
+            const std::size_t rows = std::min(m, t.oh - oh0), cols = std::min(m, t.ow - ow0);
+            for (std::size_t i = 0; i < rows; ++i) {
+              float* to = dst + (oh0 + i) * t.ow + ow0;
+              if (cols == m)  // a constant length: one vector move, not a call to memmove
+                for (std::size_t k = 0; k < m; ++k) to[k] = from[i * m + k];
+              else
+                for (std::size_t k = 0; k < cols; ++k) to[k] = from[i * m + k];
+            }
+          }
         }
       }
     }
@@ -459,51 +483,30 @@ void transposed_convolution(const conv_geometry& g, const strided<float>& gy, co
   const std::size_t plane = g.h * g.w;
   const std::ptrdiff_t lane = static_cast<std::ptrdiff_t>(NR), A = alpha;
   constexpr std::size_t lanes = xsimd::batch<float>::size;  // cpu::detail::transpose_block's side
-  static_assert(NR % lanes == 0 && (m * m) % lanes == 0 && points % lanes == 0);
+  static_assert(NR % lanes == 0 && points % lanes == 0);
   pool.parallel_for(tasks, [&](std::size_t task, unsigned worker) {
     const auto [panels, prod, tile, tmp] = carve_panels(workers + worker * per_worker, g.o, g.c);
-    alignas(64) float by_tile[NR * points];  // tiles one after another: [NR][16] in, [lanes][64] out
+    alignas(64) float by_tile[lanes * points];  // the out step's tiles one after another: [lanes][64]
     const std::size_t n0 = task * k_img, n1 = std::min(g.n, n0 + k_img), tiles = (n1 - n0) * tp;
     std::fill(dx.data + n0 * g.c * plane, dx.data + n1 * g.c * plane, 0.0f);
     for (std::size_t p0 = 0; p0 < tiles; p0 += NR) {
       const std::size_t cnt = std::min(NR, tiles - p0);
-      std::size_t img[NR], rows[NR], cols[NR];
-      std::ptrdiff_t corner[NR], ih0[NR], iw0[NR];
+      std::size_t img[NR];
+      std::ptrdiff_t gh0[NR], gw0[NR], ih0[NR], iw0[NR];  // the tile's corner in gy, its window's in dx
       for (std::size_t j = 0; j < cnt; ++j) {
-        const std::size_t q = p0 + j, n = n0 + q / tp, oh0 = q % tp / tw_n * m, ow0 = q % tp % tw_n * m;
-        img[j] = n;
-        rows[j] = std::min(m, g.oh - oh0);
-        cols[j] = std::min(m, g.ow - ow0);
-        corner[j] = static_cast<std::ptrdiff_t>(n) * gy.stride[0] + static_cast<std::ptrdiff_t>(oh0) * gy.stride[2] +
-                    static_cast<std::ptrdiff_t>(ow0) * gy.stride[3];
-        ih0[j] = static_cast<std::ptrdiff_t>(oh0) - g.ph;
-        iw0[j] = static_cast<std::ptrdiff_t>(ow0) - g.pw;
+        const std::size_t q = p0 + j, oh0 = q % tp / tw_n * m, ow0 = q % tp % tw_n * m;
+        img[j] = n0 + q / tp;
+        gh0[j] = static_cast<std::ptrdiff_t>(oh0);
+        gw0[j] = static_cast<std::ptrdiff_t>(ow0);
+        ih0[j] = gh0[j] - g.ph;
+        iw0[j] = gw0[j] - g.pw;
       }
       // In: each channel of gy, its NR tiles spread to 8x8 (A g Aᵀ), into the 64 panels [O, NR].
-      // A tile's 4x4 values are gathered tile by tile (rows of 4 contiguous floats where gy's
-      // rows are), then turned lane-major ([16][NR]) by register transposes: gathering
-      // lane-major directly was a scalar, conditional load per element.
+      const float* base[NR];
       for (std::size_t o = 0; o < g.o; ++o) {
-        const float* src = gy.data + static_cast<std::ptrdiff_t>(o) * gy.stride[1];
-        for (std::size_t j = 0; j < NR; ++j) {
-          float* to = by_tile + j * m * m;
-          if (j < cnt && rows[j] == m && cols[j] == m && gy.stride[3] == 1) {
-            for (std::size_t a = 0; a < m; ++a) {
-              const float* from = src + corner[j] + static_cast<std::ptrdiff_t>(a) * gy.stride[2];
-              for (std::size_t b = 0; b < m; ++b) to[a * m + b] = from[b];
-            }
-          } else {
-            for (std::size_t a = 0; a < m; ++a)
-              for (std::size_t b = 0; b < m; ++b)
-                to[a * m + b] = j < cnt && a < rows[j] && b < cols[j]
-                                    ? src[corner[j] + static_cast<std::ptrdiff_t>(a) * gy.stride[2] +
-                                          static_cast<std::ptrdiff_t>(b) * gy.stride[3]]
-                                    : 0.0f;
-          }
-        }
-        for (std::size_t k0 = 0; k0 < m * m; k0 += lanes)
-          for (std::size_t j0 = 0; j0 < NR; j0 += lanes)
-            cpu::detail::transpose_block(by_tile + j0 * m * m + k0, static_cast<std::ptrdiff_t>(m * m), tile + k0 * NR + j0, NR);
+        for (std::size_t j = 0; j < cnt; ++j)
+          base[j] = gy.data + static_cast<std::ptrdiff_t>(img[j]) * gy.stride[0] + static_cast<std::ptrdiff_t>(o) * gy.stride[1];
+        gather_tiles<NR, m>(gy.stride[2], gy.stride[3], g.oh, g.ow, gh0, gw0, base, cnt, tile);
         const std::ptrdiff_t four = static_cast<std::ptrdiff_t>(m * NR);
         for (std::size_t b = 0; b < m; ++b) spread_1d<NR>(tile + b * NR, four, tmp + b * NR, four);  // tmp[ξ][b]
         for (std::size_t xi = 0; xi < alpha; ++xi)
@@ -521,7 +524,7 @@ void transposed_convolution(const conv_geometry& g, const strided<float>& gy, co
           gather_1d<NR>(mc + static_cast<std::ptrdiff_t>(nu) * point, A * point, tmp + nu * NR, A * lane);
         for (std::size_t a = 0; a < alpha; ++a)  // along ν: tile[a][b]
           gather_1d<NR>(tmp + a * alpha * NR, lane, tile + a * alpha * NR, lane);
-        // Tile-major by register transposes ([NR][64]), so a whole window row is 8 contiguous
+        // Tile-major by register transposes (lanes tiles at a time), so a window row is 8 contiguous
         // floats added at once; tiles in order and rows in order within each, as the scalar
         // loop over the lane-major tile added them, so the sums are the same to the bit.
         for (std::size_t j0 = 0; j0 < cnt; j0 += lanes) {
@@ -620,23 +623,18 @@ void conv2d_weight_grad(const window& win, const strided<float>& gy, const strid
       // panels of each point.
       for (std::size_t k = 0; k < kg; ++k) {
         const std::size_t n = gn + k / tp, oh0 = k % tp / tw_n * m, ow0 = k % tp % tw_n * m;
-        const std::size_t rows = std::min(m, g.oh - oh0), cols = std::min(m, g.ow - ow0);
-        const float* gsrc = gy.data + static_cast<std::ptrdiff_t>(n) * gy.stride[0] +
-                            static_cast<std::ptrdiff_t>(oh0) * gy.stride[2] + static_cast<std::ptrdiff_t>(ow0) * gy.stride[3];
+        // Every lane (channel) has the same corners.
+        std::ptrdiff_t gh0[NR], gw0[NR], ih0s[NR], iw0s[NR];
+        std::fill(gh0, gh0 + NR, static_cast<std::ptrdiff_t>(oh0));
+        std::fill(gw0, gw0 + NR, static_cast<std::ptrdiff_t>(ow0));
+        std::fill(ih0s, ih0s + NR, static_cast<std::ptrdiff_t>(oh0) - g.ph);
+        std::fill(iw0s, iw0s + NR, static_cast<std::ptrdiff_t>(ow0) - g.pw);
+        const float* base[NR];
         for (std::size_t o0 = 0; o0 < g.o; o0 += NR) {
           const std::size_t cnt = std::min(NR, g.o - o0);
-          for (std::size_t a = 0; a < m; ++a)
-            for (std::size_t b = 0; b < m; ++b) {
-              float* t = tile + (a * m + b) * NR;
-              if (a < rows && b < cols) {
-                const float* e = gsrc + static_cast<std::ptrdiff_t>(a) * gy.stride[2] + static_cast<std::ptrdiff_t>(b) * gy.stride[3] +
-                                 static_cast<std::ptrdiff_t>(o0) * gy.stride[1];
-                for (std::size_t j = 0; j < cnt; ++j) t[j] = e[static_cast<std::ptrdiff_t>(j) * gy.stride[1]];
-                for (std::size_t j = cnt; j < NR; ++j) t[j] = 0.0f;
-              } else {
-                for (std::size_t j = 0; j < NR; ++j) t[j] = 0.0f;
-              }
-            }
+          for (std::size_t j = 0; j < cnt; ++j)
+            base[j] = gy.data + static_cast<std::ptrdiff_t>(n) * gy.stride[0] + static_cast<std::ptrdiff_t>(o0 + j) * gy.stride[1];
+          detail::gather_tiles<NR, m>(gy.stride[2], gy.stride[3], g.oh, g.ow, gh0, gw0, base, cnt, tile);
           const std::ptrdiff_t lane = static_cast<std::ptrdiff_t>(NR), row = static_cast<std::ptrdiff_t>(m * NR);
           for (std::size_t b = 0; b < m; ++b) kernel_1d<NR, m>(tile + b * NR, row, tmp + b * NR, row);  // tmp[ξ][b]
           float* u8 = tile;  // [64][NR]: tile's first pass is read
@@ -648,24 +646,11 @@ void conv2d_weight_grad(const window& win, const strided<float>& gy, const strid
               o += len;
             }
         }
-        const std::ptrdiff_t ih0 = static_cast<std::ptrdiff_t>(oh0) - g.ph, iw0 = static_cast<std::ptrdiff_t>(ow0) - g.pw;
-        const std::ptrdiff_t A = alpha, H = static_cast<std::ptrdiff_t>(g.h), W = static_cast<std::ptrdiff_t>(g.w);
-        const std::ptrdiff_t a0 = std::clamp<std::ptrdiff_t>(-ih0, 0, A), a1 = std::clamp<std::ptrdiff_t>(H - ih0, a0, A);
-        const std::ptrdiff_t b0 = std::clamp<std::ptrdiff_t>(-iw0, 0, A), b1 = std::clamp<std::ptrdiff_t>(W - iw0, b0, A);
-        const float* xsrc = x.data + static_cast<std::ptrdiff_t>(n) * x.stride[0] + ih0 * x.stride[2] + iw0 * x.stride[3];
         for (std::size_t c0 = 0; c0 < g.c; c0 += NR) {
           const std::size_t cnt = std::min(NR, g.c - c0);
-          for (std::ptrdiff_t a = 0; a < A; ++a)
-            for (std::ptrdiff_t b = 0; b < A; ++b) {
-              float* t = tile + (a * A + b) * static_cast<std::ptrdiff_t>(NR);
-              if (a >= a0 && a < a1 && b >= b0 && b < b1) {
-                const float* e = xsrc + a * x.stride[2] + b * x.stride[3] + static_cast<std::ptrdiff_t>(c0) * x.stride[1];
-                for (std::size_t j = 0; j < cnt; ++j) t[j] = e[static_cast<std::ptrdiff_t>(j) * x.stride[1]];
-                for (std::size_t j = cnt; j < NR; ++j) t[j] = 0.0f;
-              } else {
-                for (std::size_t j = 0; j < NR; ++j) t[j] = 0.0f;
-              }
-            }
+          for (std::size_t j = 0; j < cnt; ++j)
+            base[j] = x.data + static_cast<std::ptrdiff_t>(n) * x.stride[0] + static_cast<std::ptrdiff_t>(c0 + j) * x.stride[1];
+          detail::gather_tiles<NR>(x.stride[2], x.stride[3], g.h, g.w, ih0s, iw0s, base, cnt, tile);
           detail::transform_input<NR>(tile, tmp, b_pan + c0 / NR * kg * NR + k * NR, static_cast<std::ptrdiff_t>(b_stride));
         }
       }
