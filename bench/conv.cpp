@@ -10,10 +10,14 @@
 // Then T2_conv2's three convolution kernels alone through cpu::run_spatial (no epilogue), direct
 // (cpu/conv.hpp) and Winograd (cpu/winograd.hpp) in the same run; their max rel diff column is
 // Winograd's result against direct's. The blocks above use whatever FUSEBOX_CONV_WINOGRAD says.
+// Then T2's first max pooling and its backward alone (cpu/max_pool_2x2.hpp), against a copy of
+// the same bytes in the same run.
 //   bench_conv [--threads=1,2] [--out=results.jsonl] [--explain]
 // Prints one JSON object per measurement (bench/harness.hpp), then a table.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -46,6 +50,7 @@ struct row {
   unsigned threads;
   timing t;
   double gflops, err;
+  double gbps = -1;  // bytes the kernel must move / its median (the pooling rows)
 };
 
 template <std::size_t C, std::size_t H, std::size_t O>
@@ -154,6 +159,53 @@ void conv2_kernels(unsigned threads, const std::string& out, std::vector<row>& r
   fb::cpu::set_conv_winograd(was);
 }
 
+/// T2's first pooling (max, 2x2, stride 2: [128, 32, 24, 24] -> [128, 32, 12, 12]) and its
+/// backward alone through cpu::run_spatial, on ReLU'd activations (a quarter of them zero: ties),
+/// against the floor of the same run: a copy moving the bytes the kernel must move (forward: x
+/// read, y written; backward: x and g read, dx written), by std::memcpy on one thread.
+void pool1_kernels(unsigned threads, const std::string& out, std::vector<row>& rows) {
+  constexpr std::size_t N = 128, C = 32, H = 24, OH = H / 2;
+  const fb::dims xd{4, {N, C, H, H}}, yd{4, {N, C, OH, OH}};
+  std::vector<float> x(xd.size()), y(yd.size()), gy(yd.size()), dx(xd.size());
+  fill_uniform(x.data(), x.size(), 21, -0.5f, 1.5f);
+  for (float& v : x) v = v > 0 ? v : 0.f;
+  fill_uniform(gy.data(), gy.size(), 22, -1.f, 1.f);
+  auto view = [](std::vector<float>& v, const fb::dims& d) { return fb::strided<float>{v.data(), d, fb::contiguous_strides(d)}; };
+  const fb::window fw{fb::spatial_op::max_pool2d, 2, 2, 2, 2, 0, 0},
+      bw{fb::spatial_op::max_pool2d_backward, 2, 2, 2, 2, 0, 0, int(H), int(H)};
+  fb::cpu::thread_pool pool(threads);
+  const double fwd_bytes = 4.0 * (xd.size() + yd.size()), bwd_bytes = 4.0 * (2 * xd.size() + yd.size());
+  struct kernel {
+    const char* name;
+    double bytes;
+    std::function<void()> run;
+  } kernels[] = {
+      {"T2_pool1_kernel_forward", fwd_bytes,
+       [&] { fb::cpu::run_spatial(fw, view(x, xd), fb::strided<float>{}, view(y, yd), pool, {}, fb::cpu::no_spatial_epilogue{}); }},
+      {"T2_pool1_kernel_backward", bwd_bytes,
+       [&] { fb::cpu::run_spatial(bw, view(gy, yd), view(x, xd), view(dx, xd), pool, {}, fb::cpu::no_spatial_epilogue{}); }}};
+  for (kernel& k : kernels) {
+    // The floor: a copy of half the bytes (a copy reads and writes each byte it copies).
+    std::vector<char> src(static_cast<std::size_t>(k.bytes / 2), 1), dst(src.size());
+    const timing floor = measure([&] { std::memcpy(dst.data(), src.data(), src.size()); });
+    const timing t = measure(k.run);
+    for (const bool is_limit : {false, true}) {
+      const timing& m = is_limit ? floor : t;
+      record rec;
+      rec.workload = k.name, rec.system = is_limit ? "limit" : "fusebox", rec.mode = is_limit ? "copy" : "compiled";
+      rec.threads = is_limit ? 1 : threads;
+      rec.config = is_limit ? "std::memcpy of the same bytes, one thread" : "cpu::run_spatial, no epilogue";
+      rec.set(m);
+      rec.bytes = k.bytes;
+      rec.traffic = "read_write";
+      rec.floor_us = floor.median_us;
+      rec.gbps = k.bytes / m.median_us * 1e-3;
+      emit(rec, out);
+      rows.push_back({k.name, rec.system, rec.mode, rec.threads, m, -1, -1, rec.gbps});
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -184,9 +236,11 @@ int main(int argc, char** argv) {
     block<32, 12, 64>("T2_conv2", t, explain, out, rows);
   }
   for (const unsigned t : threads) conv2_kernels(t, out, rows);
-  table tab({"workload", "system", "mode", "threads", "median us", "p10 us", "p90 us", "GFLOP/s", "max rel diff"});
+  for (const unsigned t : threads) pool1_kernels(t, out, rows);
+  table tab({"workload", "system", "mode", "threads", "median us", "p10 us", "p90 us", "GFLOP/s", "GB/s", "max rel diff"});
   for (const row& r : rows)
     tab.add({r.workload, r.system, r.mode, std::to_string(r.threads), fmt("%.0f", r.t.median_us), fmt("%.0f", r.t.p10_us),
-             fmt("%.0f", r.t.p90_us), fmt("%.1f", r.gflops), r.err < 0 ? std::string("") : fmt("%.1e", r.err)});
+             fmt("%.0f", r.t.p90_us), r.gflops < 0 ? std::string("") : fmt("%.1f", r.gflops),
+             r.gbps < 0 ? std::string("") : fmt("%.1f", r.gbps), r.err < 0 ? std::string("") : fmt("%.1e", r.err)});
   tab.print();
 }
