@@ -10,8 +10,8 @@
 // (nothing is saved but x, which the forward read anyway) and adds each output's gradient there.
 // Average: the window's sum over Kernel * Kernel (torch's count_include_pad=True); the backward
 // spreads g / (Kernel * Kernel) over the in-bounds part of each window.
-// Max with a 2x2 window at stride 2 and no padding over rows x reads contiguously (T2's poolings)
-// runs cpu/max_pool_2x2.hpp's vector kernels, with the same results bit for bit.
+// Max with a 2x2 window at stride 2, no padding, and x's rows contiguous (T2's poolings) runs
+// cpu/max_pool_2x2.hpp's vector kernels, with the same results bit for bit.
 // Depends on: core/tensor.hpp, cpu/max_pool_2x2.hpp, cpu/thread_pool.hpp, expr/window.hpp.
 #pragma once
 
