@@ -1264,8 +1264,8 @@ TEST_CASE("CUDA: a call without a GPU says the backend is unavailable", "[cuda]"
   }
 }
 
-TEST_CASE("CUDA code generation: every kernel of these models compiles with NVRTC for sm_90, in float32, "
-          "bfloat16 and float16 storage", "[cuda][codegen]") {
+TEST_CASE("CUDA code generation: every kernel of these models compiles with NVRTC (for sm_90 with a GPU, to "
+          "compute_90 PTX without), in float32, bfloat16 and float16 storage", "[cuda][codegen]") {
   if (!fb::cuda::nvrtc_available()) {
     WARN("NVRTC not found: skipped");
     return;
@@ -1367,9 +1367,17 @@ TEST_CASE("CUDA code generation: every kernel of these models compiles with NVRT
   }
   REQUIRE(kernels.size() >= 28);
   for (const auto& k : kernels) CHECK(k.source.find("fusebox_kernel_v1(") != std::string::npos);
+  // With a GPU, down to a cubin as the backend builds it; without one (CI), to PTX only, as
+  // tests/jit/fuzz_ir.cpp does: every code-generation error shows there, and ptxas, which only
+  // adds register and shared-memory limits, was most of this test's time on a machine without a GPU.
   try {
-    const auto built = fb::cuda::nvrtc_compile(fb::jit::make_cuda_unit(kernels).source, "compiled_models", "sm_90");
-    CHECK(built.cubin.size() > 4);
+    const std::string unit = fb::jit::make_cuda_unit(kernels).source;
+    if (fb::cuda::available()) {
+      const auto built = fb::cuda::nvrtc_compile(unit, "compiled_models", "sm_90");
+      CHECK(built.cubin.size() > 4);
+    } else {
+      fb::cuda::nvrtc_check(unit, "compiled_models", "compute_90");
+    }
   } catch (const fb::cuda::nvrtc_error& e) {
     FAIL(e.what());
   }
