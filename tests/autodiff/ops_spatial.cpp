@@ -75,6 +75,67 @@ TEST_CASE("autodiff: max_pool2d gives a tied window's gradient to its first maxi
   }
 }
 
+// relu then max pooling: relu's rule moves its mask before the pooling's scatter (it reads the
+// pooled values), and a bias summed over whole planes is summed from the pooled gradient
+// (autodiff::restate_for_sum). Both are checked against central differences, with 2x2 windows,
+// overlapping padded ones, and an operand broadcast over W only, whose sum must not be restated.
+TEST_CASE("autodiff: conv, bias, relu, max_pool2d: the mask before the scatter, the bias from the pooled gradient") {
+  const auto x = signed_tensor<fb::shape<2, 2, 7, 6>>(601);
+  const auto w = signed_tensor<fb::shape<3, 2, 3, 3>>(602);
+  const auto b = signed_tensor<fb::shape<3>>(603);
+  const auto r2 = signed_tensor<fb::shape<2, 3, 3, 3>>(604);
+  const auto r3 = signed_tensor<fb::shape<2, 3, 4, 3>>(605);
+  check_grad("max_pool2d<2>(relu(conv2d<1, 1> + bias))",
+             [](const auto& u, const auto& v, const auto& c, const auto& q) {
+               return total(fb::max_pool2d<2>(fb::relu(fb::conv2d<1, 1>(u, v, c))) * q);
+             },
+             fb::wrt<0, 1, 2>, x, w, b, r2);
+  check_grad("max_pool2d<3, 2, 1>(relu(conv2d<1, 1> + bias)) (overlapping, padded)",
+             [](const auto& u, const auto& v, const auto& c, const auto& q) {
+               return total(fb::max_pool2d<3, 2, 1>(fb::relu(fb::conv2d<1, 1>(u, v, c))) * q);
+             },
+             fb::wrt<0, 1, 2>, x, w, b, r3);
+  const auto z = signed_tensor<fb::shape<2, 3, 6, 4>>(606);
+  const auto per_h = signed_tensor<fb::shape<6, 1>>(607);    // broadcast over N, C and W: not whole planes
+  const auto per_c = signed_tensor<fb::shape<3, 1, 1>>(608);  // over N, H and W: whole planes
+  const auto q = signed_tensor<fb::shape<2, 3, 3, 2>>(609);
+  check_grad("max_pool2d<2>(relu(z + [6, 1] + [3, 1, 1]))",
+             [](const auto& u, const auto& h, const auto& c, const auto& r) {
+               return total(fb::max_pool2d<2>(fb::relu(u + h + c)) * r);
+             },
+             fb::wrt<0, 1, 2>, z, per_h, per_c, q);
+}
+
+// The same gradient to the bit as relu's mask applied after the scatter, where it is exactly
+// known: windows all below zero (relu's output ties at 0: the gradient's first maximum is masked),
+// ties among positive values, single maxima.
+TEST_CASE("autodiff: relu then max_pool2d: the gradient is the masked scatter, exactly") {
+  fb::tensor<double, fb::shape<1, 1, 4, 6>> z;
+  const double plane[24] = {-1, -2, 3, 3, 0.5, -4,    //
+                            -3, -1, 1, 2, -0.5, 2,    //
+                            -2, -5, 4, 4, 7, 1,       //
+                            -1, -0.5, 4, 4, -7, 6.5};
+  for (int i = 0; i < 24; ++i) z.flat(i) = plane[i];
+  fb::tensor<double, fb::shape<1, 1, 2, 3>> q;
+  const double weights[6] = {1.5, -2.0, 3.0, 0.25, -0.75, 5.0};
+  for (int i = 0; i < 6; ++i) q.flat(i) = weights[i];
+  auto loss = [](const auto& u, const auto& c) { return total(fb::max_pool2d<2>(fb::relu(u)) * c); };
+  // Window (0, 0) is all negative: relu gives four zeros, the first takes the gradient, the mask
+  // zeroes it. (0, 1): 3, 3 tie, the first wins. (0, 2): 2 at (1, 5). (1, 0): all negative.
+  // (1, 1): 4 four times, the first. (1, 2): 7 at (2, 4).
+  const double want[24] = {0, 0, -2.0, 0, 0, 0,  //
+                           0, 0, 0, 0, 0, 3.0,   //
+                           0, 0, -0.75, 0, 5.0, 0,  //
+                           0, 0, 0, 0, 0, 0};
+  const auto eager = fb::grad(loss, fb::wrt<0>)(z, q);
+  const auto compiled = fb::compile(fb::grad(loss, fb::wrt<0>))(z, q);
+  for (int i = 0; i < 24; ++i) {
+    INFO("element " << i);
+    CHECK(eager.flat(i) == want[i]);
+    CHECK(compiled.flat(i) == want[i]);
+  }
+}
+
 TEST_CASE("autodiff: a small CNN (conv, tanh, pool, conv, pool, linear) matches central differences") {
   const auto x = signed_tensor<fb::shape<2, 1, 8, 8>>(501);
   const auto w1 = signed_tensor<fb::shape<3, 1, 3, 3>>(502, 0.1, 0.6);

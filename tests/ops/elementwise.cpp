@@ -275,6 +275,43 @@ TEST_CASE("rows wider than a task are split into column blocks" FBT_TYPE, "[ops]
   }
 }
 
+// A pure elementwise kernel walks its space as rows, merging dimensions where every operand's
+// strides allow: [64, 4, 4, 4] times [4, 1, 1] is rows of 16 merged from H and W (the bias-like
+// operand is constant over both), and with [4, 1] (constant over W only) H and W stay apart;
+// in [5, 3, 1] times [3, 1] both are read as constant along the row of 1. A transposed operand
+// keeps every dimension apart.
+TEST_CASE("elementwise rank-4 kernels merge dimensions only where every operand allows" FBT_TYPE,
+          "[ops][elementwise][broadcast]") {
+  fb::tensor<T, fb::shape<64, 4, 4, 4>> x;
+  fb::tensor<T, fb::shape<4, 1, 1>> b;
+  fb::tensor<T, fb::shape<4, 1>> c;
+  fb::tensor<T, fb::shape<5, 3, 1>> y;
+  fb::tensor<T, fb::shape<3, 1>> d;
+  fb::tensor<T, fb::shape<6, 5>> m;
+  fbt::fill_signed(x, 61, 0.05, 3.0);
+  fbt::fill_signed(b, 62, 0.05, 3.0);
+  fbt::fill_signed(c, 63, 0.05, 3.0);
+  fbt::fill_signed(y, 64, 0.05, 3.0);
+  fbt::fill_signed(d, 65, 0.05, 3.0);
+  fbt::fill_signed(m, 66, 0.05, 3.0);
+  auto model = [](auto u, auto v, auto w, auto s, auto e, auto q) {
+    return std::make_tuple(u * v, u * w, s * e, fb::transpose(q) + T(1));
+  };
+  for (unsigned threads : {1u, 2u}) {
+    INFO("threads " << threads);
+    const auto r = fb::compile(model, {.threads = threads})(x, b, c, y, d, m);
+    auto product = [](const auto& p, const auto& q, std::size_t rank) {
+      return [&p, &q, rank](const coord& i) { return static_cast<double>(static_cast<T>(fbt::at(p, i, rank) * fbt::at(q, i, rank))); };
+    };
+    fbt::check_all(std::get<0>(r), product(x, b, 4), fbt::exact, "x * [4, 1, 1]");
+    fbt::check_all(std::get<1>(r), product(x, c, 4), fbt::exact, "x * [4, 1]");
+    fbt::check_all(std::get<2>(r), product(y, d, 3), fbt::exact, "[5, 3, 1] * [3, 1]");
+    fbt::check_all(
+        std::get<3>(r), [&](const coord& i) { return static_cast<double>(static_cast<T>(m(i[1], i[0]) + T(1))); },
+        fbt::exact, "transpose(m) + 1");
+  }
+}
+
 TEST_CASE("broadcasting follows NumPy rules" FBT_TYPE, "[ops][elementwise][broadcast]") {
   if constexpr (std::is_same_v<T, float>) {
     broadcast_case<T, fb::shape<3, 17>, fb::shape<17>>(31, "[3,17] with [17]");

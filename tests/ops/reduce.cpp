@@ -153,6 +153,45 @@ TEST_CASE("sum, mean, max, min over every axis of rank 1, 2, 3" FBT_TYPE, "[ops]
   }
 }
 
+namespace {
+/// x * b with NumPy broadcasting, each product rounded to T once (as the compiled kernel's is).
+template <class S, class SB>
+fb::tensor<T, S> product(const fb::tensor<T, S>& x, const fb::tensor<T, SB>& b) {
+  fb::tensor<T, S> p;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const coord c = fbt::unravel(i, p.extents());
+    p.flat(i) = static_cast<T>(fbt::at(x, c, 4) * fbt::at(b, c, 4));
+  }
+  return p;
+}
+}  // namespace
+
+// The column kernel walks its space as rows, merging the dimensions after the axis where every
+// operand's strides allow: a broadcast over H and W merges them (b), one over W only does not
+// (c), and x1's rows are of 1 (the evaluator reads an operand whose static last extent is 1 as
+// constant along the row). [128, 4, 8, 8] summed over the batch is one block of 256 columns, so
+// its output rows are shared between two threads.
+TEST_CASE("a column reduction of a fused product, rank 4: merged rows, broadcasts, threads" FBT_TYPE,
+          "[ops][reduce]") {
+  const auto x = signed_input<fb::shape<128, 4, 8, 8>>(31);
+  const auto x1 = signed_input<fb::shape<6, 3, 5, 1>>(32);
+  const auto b = signed_input<fb::shape<4, 1, 1>>(33);
+  const auto c = signed_input<fb::shape<1, 8, 1>>(34);
+  const auto b3 = signed_input<fb::shape<3, 1, 1>>(35);
+  auto model = [](auto u, auto u1, auto v, auto w, auto v3) {
+    return std::make_tuple(fb::sum(u * v, fb::axis<0>), fb::sum(u * w, fb::axis<0>), fb::sum(u * v, fb::axis<1>),
+                           fb::sum(u1 * v3, fb::axis<0>));
+  };
+  for (unsigned threads : {1u, 2u}) {
+    const std::string what = "compiled, " + std::to_string(threads) + " thread(s)";
+    const auto out = fb::compile(model, fb::options{.threads = threads})(x, x1, b, c, b3);
+    check_reduction(std::get<0>(out), product(x, b), 0, red::sum, false, what + ", x * b");
+    check_reduction(std::get<1>(out), product(x, c), 0, red::sum, false, what + ", x * c");
+    check_reduction(std::get<2>(out), product(x, b), 1, red::sum, false, what + ", x * b");
+    check_reduction(std::get<3>(out), product(x1, b3), 0, red::sum, false, what + ", x1 * b3");
+  }
+}
+
 TEST_CASE("mean over a non-last axis divides by the extent once" FBT_TYPE, "[ops][reduce]") {
   // The smallest case: [3, 2], mean over axis 0. Exact in binary: (1 + 2 + 3) / 3 = 2.
   fb::tensor<T, fb::shape<3, 2>> x;

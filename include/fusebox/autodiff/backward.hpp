@@ -170,7 +170,7 @@ struct reduce_to {
   static_assert(broadcast(R::desc.shape, N::desc.shape).ok &&
                     broadcast(R::desc.shape, N::desc.shape).out.rank >= N::desc.shape.rank,
                 "fusebox internal: a derivative rule returned a shape that does not broadcast to its operand");
-  using type = typename sum_to<R, shape_holder<N>>::type;
+  using type = typename sum_to<typename restate_for_sum<R, shape_holder<N>>::type, shape_holder<N>>::type;
 };
 template <class N>
 struct reduce_to<no_grad, N> {

@@ -150,6 +150,15 @@ struct with_kept_axis<Y, false> {
 };
 }  // namespace detail
 
+/// A gradient contribution C about to be summed down to the shape `Target::value` (an operand
+/// that was broadcast, as a convolution's bias over N, H and W), restated by the op that made C
+/// as something with the same sum that is cheaper to sum. Not specialised: C itself. ops/pool.hpp:
+/// a max pooling's backward summed over whole planes is its incoming gradient summed.
+template <class C, class Target>
+struct restate_for_sum {
+  using type = C;
+};
+
 /// The gradient G of reduction Y, in a shape that broadcasts against Y's operand.
 template <class G, class Y>
 using unreduce = typename detail::unreduce<G, Y>::type;

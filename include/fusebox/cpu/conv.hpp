@@ -32,7 +32,7 @@
 //
 // Operands are read through their strides (x, g) or used as matrix views where their layout
 // allows (w; g per image), copied to scratch otherwise. The output must be contiguous.
-// Depends on: core/tensor.hpp, cpu/gemm.hpp, cpu/thread_pool.hpp, expr/window.hpp.
+// Depends on: core/tensor.hpp, cpu/gemm.hpp, cpu/spatial_epilogue.hpp, cpu/thread_pool.hpp, expr/window.hpp.
 #pragma once
 
 #include <algorithm>
@@ -44,15 +44,11 @@
 #include "fusebox/core/errors.hpp"
 #include "fusebox/core/tensor.hpp"
 #include "fusebox/cpu/gemm.hpp"
+#include "fusebox/cpu/spatial_epilogue.hpp"
 #include "fusebox/cpu/thread_pool.hpp"
 #include "fusebox/expr/window.hpp"
 
 namespace fusebox::cpu {
-
-/// An epilogue that does nothing (a spatial kernel without a fused consumer).
-struct no_spatial_epilogue {
-  void operator()(std::size_t, std::size_t, std::size_t) const noexcept {}
-};
 
 namespace detail {
 
@@ -474,7 +470,7 @@ void conv2d_forward(const window& win, const strided<T>& x, const strided<T>& w,
     pool.parallel_for(g.n, [&](std::size_t n, unsigned worker) {
       detail::panel_run runs[detail::conv_nr<T> + 1];
       for (std::size_t p0 = 0; p0 < P; p0 += NR) panel(n, p0, worker, runs);
-      for (std::size_t row = n * g.o * g.oh; row < (n + 1) * g.o * g.oh; ++row) epilogue(row, 0, g.ow);
+      epilogue_rows(epilogue, n * g.o * g.oh, g.o * g.oh, g.ow);
     });
     return;
   }
@@ -514,7 +510,7 @@ void conv2d_input_grad(const window& win, const strided<T>& gy, const strided<T>
     }
     T* out = dx.data + n * g.c * g.h * g.w;
     detail::col2im(piece.col, g, out);
-    for (std::size_t r = 0; r < g.c * g.h; ++r) epilogue(n * g.c * g.h + r, 0, g.w);
+    epilogue_rows(epilogue, n * g.c * g.h, g.c * g.h, g.w);
   });
 }
 
@@ -529,7 +525,7 @@ void conv2d_weight_grad(const window& win, const strided<T>& gy, const strided<T
   if (g.o * CK == 0) return;
   if (g.n == 0 || P == 0) {
     std::fill(dw.data, dw.data + g.o * CK, T(0));
-    for (std::size_t r = 0; r < g.o * g.c * g.kh; ++r) epilogue(r, 0, g.kw);
+    epilogue_rows(epilogue, 0, g.o * g.c * g.kh, g.kw);
     return;
   }
   const auto s = detail::carve_conv<T>(spatial_op::conv2d_weight_grad, g, pool.size(), ws);
@@ -562,7 +558,7 @@ void conv2d_weight_grad(const window& win, const strided<T>& gy, const strided<T
       const T* p = partials + ch * part_stride + o * CK;
       for (std::size_t i = 0; i < CK; ++i) out[i] += p[i];
     }
-    for (std::size_t r = 0; r < g.c * g.kh; ++r) epilogue(o * g.c * g.kh + r, 0, g.kw);
+    epilogue_rows(epilogue, o * g.c * g.kh, g.c * g.kh, g.kw);
   });
 }
 

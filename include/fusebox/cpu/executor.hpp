@@ -40,6 +40,7 @@
 #include "fusebox/cpu/gemm.hpp"
 #include "fusebox/cpu/simd.hpp"
 #include "fusebox/cpu/spatial.hpp"
+#include "fusebox/cpu/spatial_epilogue.hpp"
 #include "fusebox/cpu/thread_pool.hpp"
 #include "fusebox/expr/gather.hpp"
 #include "fusebox/expr/spatial.hpp"
@@ -345,6 +346,30 @@ struct basic_program {
     }
   };
 
+  /// Merges neighbouring dimensions from `first` on that every operand in `ids` walks as one
+  /// (stride[d] == stride[d + 1] * extent[d + 1]), in `space` and in `a`'s strides: fewer, longer
+  /// rows for the same elements. T2's [128, 32, 24, 24] summed over the batch becomes 4096 rows
+  /// of 576 instead of 98304 rows of 24, where the per-row addressing was most of the work.
+  /// The evaluator reads an operand whose static last extent is 1 as constant along the row; its
+  /// stride there is 0 (space_strides gives extents of 1 stride 0), so it merges only with
+  /// dimensions it is also constant along, and stays constant along the merged row.
+  static void merge_dims_from(std::size_t first, dims& space, row_addressing& a, const int* ids, int n) {
+    if (space.rank < 2) return;
+    for (std::size_t d = space.rank - 1; d-- > first;) {
+      bool joint = true;
+      for (int q = 0; q < n && joint; ++q)
+        joint = a.stride[ids[q]][d] == a.stride[ids[q]][d + 1] * static_cast<std::ptrdiff_t>(space.extent[d + 1]);
+      if (!joint) continue;
+      space.extent[d] *= space.extent[d + 1];
+      for (int q = 0; q < n; ++q) a.stride[ids[q]][d] = a.stride[ids[q]][d + 1];
+      for (std::size_t e = d + 1; e + 1 < space.rank; ++e) {
+        space.extent[e] = space.extent[e + 1];
+        for (int q = 0; q < n; ++q) a.stride[ids[q]][e] = a.stride[ids[q]][e + 1];
+      }
+      --space.rank;
+    }
+  }
+
   // Kernel K's group and passes as class-scope constants: generic lambdas below name them in
   // template arguments, and GCC 13 crashes (ICE in tsubst_copy) on a function-local constexpr
   // kernel there (seen on the GPU machine's g++ 13.3).
@@ -413,7 +438,7 @@ struct basic_program {
     constexpr int G = kn.group;
     // A rank-0 space (pointwise ops of rank-0 values: two means added, a loss's gradient seed) is
     // one row of one element; the row addressing below needs a last dimension.
-    const dims space = [&] {
+    dims space = [&] {
       const dims s = space_of(K, f);
       return s.rank == 0 ? dims{1, {1}} : s;
     }();
@@ -451,6 +476,11 @@ struct basic_program {
       for (int q = 0; q < souts.size; ++q) ids[c++] = souts.id[q];
       return std::pair{ids, c};
     }();
+    // A group with nothing per row (no reduction, no row-constant value) is elementwise: its
+    // dimensions merge wherever every operand allows, so that short rows ([128, 64, 4, 4] is 32768
+    // rows of 4) become a few long ones and the addressing is paid per row, not per 4 elements.
+    if constexpr (kn.passes == 0 && row_steps(G).size == 0 && souts.size == 0)
+      merge_dims_from(0, space, proto, all_ids.first.data(), all_ids.second);
 
     const std::size_t rows = outer_size(space);
     const std::size_t width = space.back(0);
@@ -556,7 +586,7 @@ struct basic_program {
     constexpr plan::kernel kn = plan.kernels[K];
     constexpr int G = kn.group, R = kn.node;
     using Op = typename graph::template type_of<R>::op;
-    const dims space = space_of(K, f);
+    dims space = space_of(K, f);
     if (space.size() == 0) return;
     static constexpr id_list ext = external_inputs(G);
     const std::size_t axis = static_cast<std::size_t>(nodes[R].desc.axis);
@@ -593,59 +623,73 @@ struct basic_program {
       return l;
     }();
     constexpr int n_ids = ext.size + 1 + members_out.size;
+    merge_dims_from(axis + 1, space, proto, ids.data(), n_ids);
     const std::size_t rows = outer_size(space), width = space.back(0);
-    const std::size_t block = std::max<std::size_t>(VS * 16, (width + f.pool->size() - 1) / f.pool->size());
-    const std::size_t blocks = (width + block - 1) / block;
-    // Input rows that differ only along the reduced axis share one output row: it is initialised
-    // and finalised once, by the input row whose coordinate along the axis is 0.
+    const std::size_t count = space.extent[axis];
+    // Input rows that differ only along the reduced axis share one output row: input row
+    // (o, a, i) of [outer, count, inner_rows] adds into output row (o, i).
     std::size_t inner_rows = 1;
     for (std::size_t d = axis + 1; d + 1 < space.rank; ++d) inner_rows *= space.extent[d];
-    auto first_of_output = [&](std::size_t r) { return (r / inner_rows) % space.extent[axis] == 0; };
+    const std::size_t out_rows = rows / count;
+    // Tasks split the columns, and the output rows too when there are too few columns to go
+    // round (T2's conv 2: [128, 64, 64] summed over the batch is one block of 64 columns).
+    // Every task owns its output elements, so no two tasks add into one.
+    const std::size_t threads = f.pool->size();
+    const std::size_t block = std::max<std::size_t>(VS * 16, (width + threads - 1) / threads);
+    const std::size_t blocks = (width + block - 1) / block;
+    const bool worth_sharing = rows * width >= 2 * detail::min_task_elems;
+    const std::size_t row_chunks =
+        worth_sharing && blocks < threads ? std::min(out_rows, (threads + blocks - 1) / blocks) : 1;
+    const std::size_t chunk = (out_rows + row_chunks - 1) / row_chunks;
     auto task = [&](std::size_t t, unsigned) {
       row_addressing a = proto;
-      const std::size_t c0 = t * block, c1 = std::min(width, c0 + block);
-      // Identity first, over every output row this block touches.
-      for (std::size_t r = 0; r < rows; ++r) {
-        if (!first_of_output(r)) continue;
-        a.at_row(space, r, ids.data(), n_ids);
-        T* o = const_cast<T*>(a.ptr[R]);
-        for (std::size_t j = c0; j < c1; ++j) o[static_cast<std::ptrdiff_t>(j) * a.inner[R]] = Op::template identity<T>();
+      const std::size_t c0 = t % blocks * block, c1 = std::min(width, c0 + block);
+      const std::size_t o0 = t / blocks * chunk, o1 = std::min(out_rows, o0 + chunk);
+      // The input row of output row o at coordinate k along the axis.
+      auto input_row = [&](std::size_t o, std::size_t k) { return ((o / inner_rows) * count + k) * inner_rows + o % inner_rows; };
+      // Identity first, over every output row this task owns.
+      for (std::size_t o = o0; o < o1; ++o) {
+        a.at_row(space, input_row(o, 0), ids.data(), n_ids);
+        T* out = const_cast<T*>(a.ptr[R]);
+        for (std::size_t j = c0; j < c1; ++j) out[static_cast<std::ptrdiff_t>(j) * a.inner[R]] = Op::template identity<T>();
       }
-      for (std::size_t r = 0; r < rows; ++r) {
-        a.at_row(space, r, ids.data(), n_ids);
-        T* o = const_cast<T*>(a.ptr[R]);
-        auto acc = [&]<class W, bool C>(std::size_t j) {
-          const evaluator<group_of<K>, 0, W, C> e{a, nullptr, nullptr, width, f.payload, j};
-          const W v = e.template get<nodes[R].inputs[0]>();
-          if constexpr (C) store_v(o + j, Op::combine(load_v<W>(o + j), v));
-          else o[static_cast<std::ptrdiff_t>(j) * a.inner[R]] = Op::combine(o[static_cast<std::ptrdiff_t>(j) * a.inner[R]], v);
-          [&]<int... M>(std::integer_sequence<int, M...>) {
-            ((C ? store_v(const_cast<T*>(a.ptr[members_out.id[M]]) + j, e.template get<members_out.id[M]>())
-                : store_v(const_cast<T*>(a.ptr[members_out.id[M]]) + static_cast<std::ptrdiff_t>(j) * a.inner[members_out.id[M]],
-                          e.template get<members_out.id[M]>())),
-             ...);
-          }(std::make_integer_sequence<int, members_out.size>{});
-        };
-        std::size_t j = c0;
-        if (contig) {
-          for (; j + VS <= c1; j += VS) acc.template operator()<V, true>(j);
-          for (; j < c1; ++j) acc.template operator()<T, true>(j);
-        } else {
-          for (; j < c1; ++j) acc.template operator()<T, false>(j);
+      // Then along the axis, a slice of output rows at a time: consecutive input rows within a
+      // slice, so the addressing mostly carries.
+      for (std::size_t k = 0; k < count; ++k) {
+        for (std::size_t o = o0; o < o1; ++o) {
+          a.at_row(space, input_row(o, k), ids.data(), n_ids);
+          T* out = const_cast<T*>(a.ptr[R]);
+          auto acc = [&]<class W, bool C>(std::size_t j) {
+            const evaluator<group_of<K>, 0, W, C> e{a, nullptr, nullptr, width, f.payload, j};
+            const W v = e.template get<nodes[R].inputs[0]>();
+            if constexpr (C) store_v(out + j, Op::combine(load_v<W>(out + j), v));
+            else out[static_cast<std::ptrdiff_t>(j) * a.inner[R]] = Op::combine(out[static_cast<std::ptrdiff_t>(j) * a.inner[R]], v);
+            [&]<int... M>(std::integer_sequence<int, M...>) {
+              ((C ? store_v(const_cast<T*>(a.ptr[members_out.id[M]]) + j, e.template get<members_out.id[M]>())
+                  : store_v(const_cast<T*>(a.ptr[members_out.id[M]]) + static_cast<std::ptrdiff_t>(j) * a.inner[members_out.id[M]],
+                            e.template get<members_out.id[M]>())),
+               ...);
+            }(std::make_integer_sequence<int, members_out.size>{});
+          };
+          std::size_t j = c0;
+          if (contig) {
+            for (; j + VS <= c1; j += VS) acc.template operator()<V, true>(j);
+            for (; j < c1; ++j) acc.template operator()<T, true>(j);
+          } else {
+            for (; j < c1; ++j) acc.template operator()<T, false>(j);
+          }
         }
       }
-      const std::size_t count = space.extent[axis];
-      for (std::size_t r = 0; r < rows; ++r) {
-        if (!first_of_output(r)) continue;
-        a.at_row(space, r, ids.data(), n_ids);
-        T* o = const_cast<T*>(a.ptr[R]);
+      for (std::size_t o = o0; o < o1; ++o) {
+        a.at_row(space, input_row(o, 0), ids.data(), n_ids);
+        T* out = const_cast<T*>(a.ptr[R]);
         for (std::size_t j = c0; j < c1; ++j) {
-          T& x = o[static_cast<std::ptrdiff_t>(j) * a.inner[R]];
+          T& x = out[static_cast<std::ptrdiff_t>(j) * a.inner[R]];
           x = Op::finalize(x, count);
         }
       }
     };
-    f.pool->parallel_for(blocks, task);
+    f.pool->parallel_for(blocks * row_chunks, task);
   }
 
   // ---- matmul with its epilogue ----
@@ -804,34 +848,50 @@ struct basic_program {
         return l;
       }();
       const std::size_t width = space.back(0);
-      // The epilogue runs once per output row run, which for a convolution is short (8 elements
-      // for T2's second layer: 65536 calls a step); copying `proto` (~90 bytes per node of the
-      // whole program) on every call was 10% of T2's training step. So each thread copies it once
-      // per kernel call, into a thread-local one that at_row then updates in place.
+      // Kernels hand over runs of whole rows at once (cpu/spatial_epilogue.hpp); in `walk`, the
+      // output's dimensions merged where every operand allows (a bias broadcast over H and W lets
+      // those two merge), the run is walked in rows as long as the operands allow: T2's conv 2
+      // input gradient's relu mask is rows of 144 per channel instead of 12.
+      dims walk = space;
+      row_addressing walk_proto = proto;
+      merge_dims_from(0, walk, walk_proto, ids.data(), ext.size + 1);
+      const std::size_t walk_width = walk.back(0);
+      // A kernel calls the epilogue from every task (T2's second layer: up to 65536 calls a step
+      // before runs of rows); copying the addressing (~90 bytes per node of the whole program) on
+      // every call was 10% of T2's training step. So each thread copies it once per kernel call,
+      // into a thread-local one that at_row then updates in place.
       static std::atomic<std::uint64_t> calls{0};
       const std::uint64_t call = calls.fetch_add(1, std::memory_order_relaxed) + 1;
       auto epilogue = [&](std::size_t r, std::size_t j0, std::size_t n) {
         thread_local row_addressing ra;
         thread_local std::uint64_t filled_for = 0;
         if (filled_for != call) {
-          ra = proto;
+          ra = walk_proto;
           filled_for = call;
         }
-        ra.at_row(space, r, ids.data(), ext.size + 1);
         auto write = [&]<class W, bool C2>(std::size_t j) {
-          const W v = evaluator<group_of<K>, 0, W, C2>{ra, nullptr, nullptr, width, f.payload, j}.template get<O>();
+          const W v = evaluator<group_of<K>, 0, W, C2>{ra, nullptr, nullptr, walk_width, f.payload, j}.template get<O>();
           if constexpr (C2) store_v(const_cast<T*>(ra.ptr[O]) + j, v);
           else const_cast<T*>(ra.ptr[O])[static_cast<std::ptrdiff_t>(j) * ra.inner[O]] = v;
         };
-        std::size_t j = j0;
-        if (contig) {
-          for (; j + VS <= j0 + n; j += VS) write.template operator()<V, true>(j);
-          for (; j < j0 + n; ++j) write.template operator()<T, true>(j);
-        } else {
-          for (; j < j0 + n; ++j) write.template operator()<T, false>(j);
+        // [e, end) in the flat element order both spaces share.
+        std::size_t e = r * width + j0;
+        const std::size_t end = e + n;
+        while (e < end) {
+          const std::size_t wr = e / walk_width, w0 = e % walk_width;
+          const std::size_t w1 = std::min(walk_width, w0 + (end - e));
+          ra.at_row(walk, wr, ids.data(), ext.size + 1);
+          std::size_t j = w0;
+          if (contig) {
+            for (; j + VS <= w1; j += VS) write.template operator()<V, true>(j);
+            for (; j < w1; ++j) write.template operator()<T, true>(j);
+          } else {
+            for (; j < w1; ++j) write.template operator()<T, false>(j);
+          }
+          e += w1 - w0;
         }
       };
-      cpu::run_spatial(nodes[I].desc.win, a, b, f.loc[I], *f.pool, ws, epilogue);
+      cpu::run_spatial(nodes[I].desc.win, a, b, f.loc[I], *f.pool, ws, row_span_epilogue{epilogue});
     }
   }
 

@@ -3,7 +3,7 @@
 // Every kernel works plane by plane (one (batch, channel) pair): a task is a block of planes, so
 // no two tasks write the same element and the results do not depend on the thread count. Inputs
 // are read through their strides; outputs must be contiguous. After a plane is final its rows get
-// the epilogue: epilogue(row, 0, width) with row the index over the output's leading dimensions.
+// the epilogue (cpu/spatial_epilogue.hpp), as one run where the epilogue takes spans of rows.
 //
 // Max: the first maximum of a window in row-major order wins, a NaN replaces it (torch's CPU rule:
 // `v > max || isnan(v)`), padding is never a candidate. The backward recomputes that choice from x
@@ -12,7 +12,7 @@
 // spreads g / (Kernel * Kernel) over the in-bounds part of each window.
 // Max with a 2x2 window at stride 2, no padding, and x's rows contiguous (T2's poolings) runs
 // cpu/max_pool_2x2.hpp's vector kernels, with the same results bit for bit.
-// Depends on: core/tensor.hpp, cpu/max_pool_2x2.hpp, cpu/thread_pool.hpp, expr/window.hpp.
+// Depends on: core/tensor.hpp, cpu/max_pool_2x2.hpp, cpu/spatial_epilogue.hpp, cpu/thread_pool.hpp, expr/window.hpp.
 #pragma once
 
 #include <algorithm>
@@ -24,6 +24,7 @@
 #include "fusebox/core/errors.hpp"
 #include "fusebox/core/tensor.hpp"
 #include "fusebox/cpu/max_pool_2x2.hpp"
+#include "fusebox/cpu/spatial_epilogue.hpp"
 #include "fusebox/cpu/thread_pool.hpp"
 #include "fusebox/expr/window.hpp"
 
@@ -127,7 +128,7 @@ void pool2d_forward(const window& win, const strided<T>& x, const strided<T>& y,
     T* out = y.data + p * g.oh * g.ow;
     if (max_2x2) {
       max_pool_2x2_plane(xp.base, xp.s2, g.oh, g.ow, out);
-      for (std::size_t i = 0; i < g.oh; ++i) epilogue(p * g.oh + i, 0, g.ow);
+      epilogue_rows(epilogue, p * g.oh, g.oh, g.ow);
       return;
     }
     if (interior) {
@@ -197,7 +198,7 @@ void pool2d_backward(const window& win, const strided<T>& gy, const strided<T>& 
       if (!covered) std::fill(out, out + g.h * g.w, T(0));
       const auto xp = detail::plane_of(x, p, g.c);
       max_pool_2x2_backward_plane(xp.base, xp.s2, gp.base, gp.s2, g.oh, g.ow, out, static_cast<std::ptrdiff_t>(g.w));
-      for (std::size_t i = 0; i < g.h; ++i) epilogue(p * g.h + i, 0, g.w);
+      epilogue_rows(epilogue, p * g.h, g.h, g.w);
       return;
     }
     std::fill(out, out + g.h * g.w, T(0));
@@ -226,7 +227,7 @@ void pool2d_backward(const window& win, const strided<T>& gy, const strided<T>& 
         for (std::size_t j = 0; j < g.ow; ++j)
           out[at[j]] += gp(static_cast<std::ptrdiff_t>(i), static_cast<std::ptrdiff_t>(j));
       }
-      for (std::size_t i = 0; i < g.h; ++i) epilogue(p * g.h + i, 0, g.w);
+      epilogue_rows(epilogue, p * g.h, g.h, g.w);
       return;
     }
     for (std::size_t i = 0; i < g.oh; ++i)
@@ -245,7 +246,7 @@ void pool2d_backward(const window& win, const strided<T>& gy, const strided<T>& 
             for (std::ptrdiff_t c = c0; c < c1; ++c) out[r * static_cast<std::ptrdiff_t>(g.w) + c] += v;
         }
       }
-    for (std::size_t i = 0; i < g.h; ++i) epilogue(p * g.h + i, 0, g.w);
+    epilogue_rows(epilogue, p * g.h, g.h, g.w);
   });
 }
 

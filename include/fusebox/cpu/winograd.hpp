@@ -462,9 +462,7 @@ void tiled_convolution(const tiled_problem& t, const strided<float>& x, const fl
         }
       }
     }
-    for (std::size_t n = n0; n < n1; ++n)
-      for (std::size_t o = 0; o < t.out; ++o)
-        for (std::size_t i = 0; i < t.oh; ++i) epilogue((n * t.out + o) * t.oh + i, 0, t.ow);
+    epilogue_rows(epilogue, n0 * t.out * t.oh, (n1 - n0) * t.out * t.oh, t.ow);
   });
 }
 
@@ -547,7 +545,7 @@ void transposed_convolution(const conv_geometry& g, const strided<float>& gy, co
         }
       }
     }
-    for (std::size_t row = n0 * g.c * g.h; row < n1 * g.c * g.h; ++row) epilogue(row, 0, g.w);
+    epilogue_rows(epilogue, n0 * g.c * g.h, (n1 - n0) * g.c * g.h, g.w);
   });
 }
 
@@ -695,7 +693,7 @@ void conv2d_weight_grad(const window& win, const strided<float>& gy, const strid
         for (std::size_t q = 0; q < r * r; ++q) dst[q] = res[q * NR + j];
       }
     }
-    for (std::size_t row = 0; row < g.c * r; ++row) epilogue(o * g.c * r + row, 0, r);
+    epilogue_rows(epilogue, o * g.c * r, g.c * r, r);
   });
 }
 

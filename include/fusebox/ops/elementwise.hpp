@@ -264,6 +264,12 @@ auto operator-(const X& x) { return detail::make_pointwise<ops::neg>(std::source
 
 // ---- derivatives (autodiff/rule.hpp): G the incoming gradient, Y the forward node ----
 namespace autodiff {
+/// relu's gradient: G where relu's output Y is above 0. ops/pool.hpp specialises it for a G that
+/// is a max pooling's backward (relu, then max pooling), to mask before the scatter.
+template <class G, class Y>
+struct relu_vjp {
+  using type = pointwise<ops::relu_backward, G, Y>;
+};
 #define FUSEBOX_DERIVATIVE(op_name, ...)                  \
   template <>                                             \
   struct derivative<ops::op_name> {                       \
@@ -278,7 +284,7 @@ FUSEBOX_DERIVATIVE(sqrt, pointwise<ops::sqrt_backward, G, Y>)
 FUSEBOX_DERIVATIVE(rsqrt, pointwise<ops::rsqrt_backward, G, Y>)
 FUSEBOX_DERIVATIVE(tanh, pointwise<ops::tanh_backward, G, Y>)
 FUSEBOX_DERIVATIVE(sigmoid, pointwise<ops::sigmoid_backward, G, Y>)
-FUSEBOX_DERIVATIVE(relu, pointwise<ops::relu_backward, G, Y>)  // from y: x may never be stored
+FUSEBOX_DERIVATIVE(relu, typename relu_vjp<G, Y>::type)  // from y: x may never be stored
 FUSEBOX_DERIVATIVE(gelu, pointwise<ops::gelu_backward, G, operand<Y, 0>>)
 FUSEBOX_DERIVATIVE(gelu_tanh, pointwise<ops::gelu_tanh_backward, G, operand<Y, 0>>)
 FUSEBOX_DERIVATIVE(silu, pointwise<ops::silu_backward, G, operand<Y, 0>>)

@@ -12,12 +12,14 @@
 // gradient to the first maximum of its window in row-major order (torch's CPU rule for ties: a
 // later equal value does not replace the maximum; gradients of overlapping windows add up), and
 // avg_pool2d_backward(g) spreads g / (Kernel * Kernel) over each window.
-// Depends on: ops/spatial.hpp, autodiff/rule.hpp.
+// Depends on: ops/spatial.hpp, ops/elementwise.hpp (relu's derivative), autodiff/rule.hpp, autodiff/sym.hpp.
 #pragma once
 
 #include <source_location>
 
 #include "fusebox/autodiff/rule.hpp"
+#include "fusebox/autodiff/sym.hpp"
+#include "fusebox/ops/elementwise.hpp"
 #include "fusebox/ops/spatial.hpp"
 
 namespace fusebox {
@@ -62,6 +64,34 @@ auto avg_pool2d(const X& x, std::source_location loc = std::source_location::cur
 
 // ---- derivatives (autodiff/rule.hpp) ----
 namespace autodiff {
+// relu, then max pooling (conv -> relu -> pool): relu's gradient is the pooling's backward G_p
+// scattered to each window's maximum, then zeroed where relu's output y is 0. The maximum is
+// where the gradient lands, so its own value decides the mask: the same gradient is G_p masked
+// where the pooled value is 0, then scattered,
+//
+//   relu_backward(max_pool_backward(G_p, y), y) == max_pool_backward(relu_backward(G_p, max_pool(y)), y),
+//
+// to the bit (a window whose maximum is NaN gives 0 either way; overlapping windows add masked
+// terms that the original masks after adding). The mask then reads the pooled tensor, a quarter
+// of y for 2x2 windows, and fuses upstream of the scatter, whose output is the final gradient:
+// T2's conv 1 no longer reads and writes [128, 32, 24, 24] once more to mask it.
+template <int KH, int KW, int SH, int SW, int PH, int PW, class Gp, class Y>
+struct relu_vjp<sym::spatial<ops::max_pool2d_backward_op<KH, KW, SH, SW, PH, PW>, Gp, Y>, Y> {
+  using pooled = spatial_node<ops::max_pool2d_op<KH, KW, SH, SW, PH, PW>, Y>;
+  using type = spatial_node<ops::max_pool2d_backward_op<KH, KW, SH, SW, PH, PW>,
+                            pointwise<ops::relu_backward, Gp, pooled>, Y>;
+};
+
+// Summed over whole planes (H and W, as a convolution's bias gradient is), a max pooling's
+// backward is its incoming gradient summed: each of its elements lands once in its plane (the
+// window's maximum is never padding). T2's bias gradients then read the pooled gradients, a
+// quarter of the size, instead of the scattered ones.
+template <int KH, int KW, int SH, int SW, int PH, int PW, class Gp, class X, class Target>
+  requires(Target::value.rank >= 2 && Target::value.back(0) == 1 && Target::value.back(1) == 1)
+struct restate_for_sum<sym::spatial<ops::max_pool2d_backward_op<KH, KW, SH, SW, PH, PW>, Gp, X>, Target> {
+  using type = Gp;
+};
+
 template <int KH, int KW, int SH, int SW, int PH, int PW>
 struct derivative<ops::max_pool2d_op<KH, KW, SH, SW, PH, PW>> {
   template <std::size_t I, class G, class Y, class Ctx>
