@@ -40,7 +40,7 @@ if [ $build_step = 1 ]; then
     -DFUSEBOX_BUILD_BENCH=ON -DFUSEBOX_BUILD_EXAMPLES=ON -DFUSEBOX_TEST_NVCC=ON \
     -DCMAKE_PREFIX_PATH="$root/.deps/usr" >"$out/configure.log" 2>&1 || tail -30 "$out/configure.log"
   targets="bench_gpu"
-  [ $tests = 1 ] && targets="$targets fusebox_test_cuda_loader fusebox_test_cuda_runtime fusebox_test_cuda_compiled fusebox_test_cuda_optim fusebox_test_cuda_cudnn"
+  [ $tests = 1 ] && targets="$targets fusebox_test_cuda_loader fusebox_test_cuda_runtime fusebox_test_cuda_compiled fusebox_test_cuda_optim fusebox_test_cuda_cudnn fusebox_test_cuda_staging"
   [ $tests = 1 ] && grep -q "building cuda.static_nvcc" "$out/configure.log" && targets="$targets fusebox_test_cuda_static_nvcc"
   [ $tests = 1 ] && [ $fuzz = 1 ] && targets="$targets fusebox_test_jit_fuzz_0 fusebox_test_jit_fuzz_ir"
   [ $train = 1 ] && targets="$targets train_fashion_mnist"
