@@ -26,9 +26,10 @@
 // gradient sums images in a fixed number of chunks (each a task, images in order) and then the
 // chunks in order, so no result depends on the thread count.
 //
-// The epilogue (the planner's fused bias / activation, evaluated in place) is called once per
-// output row run: epilogue(row, j0, n) with row the index over the output's leading dimensions
-// ([N, O, OH] for the forward) and [j0, j0 + n) along its last one.
+// The epilogue (the planner's fused bias / activation, evaluated in place) is called on finished
+// output: epilogue(row, j0, n) with row the index over the output's leading dimensions ([N, O, OH]
+// for the forward) and [j0, j0 + n) along its last one; whole rows finished together go as one
+// run where the epilogue takes spans of rows (cpu/spatial_epilogue.hpp).
 //
 // Operands are read through their strides (x, g) or used as matrix views where their layout
 // allows (w; g per image), copied to scratch otherwise. The output must be contiguous.
