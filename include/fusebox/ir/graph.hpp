@@ -160,6 +160,8 @@ struct graph {
     std::array<node, size> nodes;
     std::array<int, sizeof...(Roots)> outputs;
     int payloads;
+    int count;  ///< nodes the lowering wrote (the check below; a type_tag address compared with nullptr
+                ///< is not a constant expression under -fsanitize=undefined's null checks)
   };
   static constexpr lowered lower() {
     detail::builder<size> b;
@@ -168,11 +170,10 @@ struct graph {
       int k = 0;
       ((outs[k++] = detail::lower_into<Roots>(b)), ...);
     }
-    return {b.nodes, outs, b.payloads};
+    return {b.nodes, outs, b.payloads, b.count};
   }
   static constexpr lowered result = lower();
-  static_assert(size == 0 || result.nodes[size - 1].type != nullptr,
-                "fusebox internal: lowering and node_types disagree");
+  static_assert(result.count == static_cast<int>(size), "fusebox internal: lowering and node_types disagree");
 
  public:
   static constexpr std::array<node, size> nodes = result.nodes;
