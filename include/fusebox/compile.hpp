@@ -12,7 +12,9 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -83,13 +85,16 @@ struct capture_scope {
   ~capture_scope() { current_capture() = saved; }
 };
 
-/// FUSEBOX_DISABLE=1 in the environment: every compiled function runs eagerly.
-inline bool disabled_by_environment() {
-  static const bool off = [] {
-    const char* v = std::getenv("FUSEBOX_DISABLE");
-    return v && *v && std::string(v) != "0";
-  }();
-  return off;
+/// "[64, 100], [100]": the shapes of a call's tensor arguments, for messages.
+template <class... Args>
+std::string argument_shapes(const Args&... args) {
+  std::string s;
+  auto one = [&](const auto& a) {
+    if constexpr (is_tensor_v<std::remove_cvref_t<decltype(a)>> || cuda::is_tensor_v<std::remove_cvref_t<decltype(a)>>)
+      s += (s.empty() ? "" : ", ") + to_string(a.extents());
+  };
+  (one(args), ...);
+  return s.empty() ? "(no tensors)" : s;
 }
 
 template <class Out>
@@ -130,6 +135,7 @@ class compiled {
   compiled(Model model, options opts) : model_(std::move(model)), opts_(opts) {
     if constexpr (Static.fullgraph) opts_.fullgraph = true;
     if constexpr (Static.fast_math) opts_.fast_math = true;
+    if constexpr (Static.backend != backend::automatic) opts_.backend = Static.backend;
     rt_->pool = &cpu::shared_pool(opts_.threads ? opts_.threads : default_threads());
   }
 
@@ -140,6 +146,12 @@ class compiled {
   /// (cuda::tensor) it runs on the CUDA backend and returns device tensors.
   template <class... Args>
   auto operator()(const Args&... args) {
+    if constexpr ((cuda::is_tensor_v<Args> || ...))
+      if (opts_.backend == backend::cpu)
+        throw invalid_argument("fusebox: a function compiled with options{.backend = backend::cpu} was called with "
+                               "cuda::tensor arguments " + detail::argument_shapes(args...) +
+                               ": move them to the host (to_host()), or compile with backend::automatic (run where "
+                               "the arguments are) or backend::cuda");
 #if defined(__CUDACC__)
     // An nvcc unit: the static path when every extent is static and every kernel has a template
     // (cuda/static_kernels.cuh); the run-time path is then not instantiated at all.
@@ -148,13 +160,33 @@ class compiled {
       return call_cuda_static<Args...>(args...);
     else
 #endif
-    if constexpr ((cuda::is_tensor_v<Args> || ...)) return call_cuda(args...);
-    else return call(nullptr, args...);
+    if constexpr ((cuda::is_tensor_v<Args> || ...)) {
+      return call_cuda(args...);
+    } else {
+      if constexpr (Static.backend == backend::cuda) {
+        return call_on_device(args...);
+      } else {
+        if (opts_.backend == backend::cuda && !eager_only()) refuse_host_call_on_cuda(args...);
+        return call(nullptr, args...);
+      }
+    }
   }
+
+  /// Rollback for this function alone: while disabled, calls run the model eagerly, as under the
+  /// global switch (stance force_eager, FUSEBOX_DISABLE=1), counted in counters().rollback_calls
+  /// and logged once per switch under FUSEBOX_LOGS=rollback. ab()'s verdict.apply(f) sets it.
+  void disable() noexcept { switch_->disabled.store(true, std::memory_order_relaxed); }
+  void enable() noexcept { switch_->disabled.store(false, std::memory_order_relaxed); }
+  /// False while disabled (the global switch is rollback_active()).
+  bool enabled() const noexcept { return !switch_->disabled.load(std::memory_order_relaxed); }
 
   /// Runs the compiled model into caller-owned outputs: no heap allocation in steady state.
   template <class Out, class... Args>
   void run(Out& out, const Args&... args) {
+    if (opts_.backend == backend::cuda)
+      throw invalid_argument("fusebox: compiled::run(out, args...) runs on the host into host memory, but this "
+                             "function was compiled with options{.backend = backend::cuda}: call it (f(args...)) "
+                             "to run on the GPU, or compile with backend::automatic or backend::cpu");
     if constexpr (!program_for_args<Args...>::type::all_static) {
       out = call(nullptr, args...);  // the run-time path allocates its result (no steady-state promise)
     } else {
@@ -166,7 +198,7 @@ class compiled {
       cpu::bind_inputs<Prog>(f, roots, targs);
       auto outs = std::tie(out);
       check_output(out, Prog::nodes[Prog::graph::outputs[0]].desc.shape);
-      if (eager_only()) {
+      if (rolled_back(args...)) {
         out = std::get<0>(eager_outputs<std::tuple<Out>>(args...));
         return;
       }
@@ -212,7 +244,7 @@ class compiled {
   auto call(std::vector<detail::break_record>* breaks, const Args&... args) {
     using PO = program_for_args<Args...>;
     using Outs = typename PO::outputs;
-    if (eager_only()) return detail::unwrap(eager_outputs<Outs>(args...));
+    if (rolled_back(args...)) return detail::unwrap(eager_outputs<Outs>(args...));
     auto [roots, guard] = capture(breaks, args...);
     using Prog = typename PO::type;
     typename Prog::frame_t f;
@@ -265,7 +297,8 @@ class compiled {
                                " model cannot run eagerly on the host (no host arithmetic for 16-bit storage types)");
       }
     };
-    if (eager_only()) return detail::unwrap(eager_on_host("the model must run eagerly (FUSEBOX_DISABLE or force_eager)"));
+    if (rolled_back(args...))
+      return detail::unwrap(eager_on_host("the model must run eagerly (f.disable(), FUSEBOX_DISABLE or force_eager)"));
     auto [roots, guard] = capture(nullptr, args...);
     typename Prog::frame_t f;
     const auto targs = std::tie(args...);
@@ -294,7 +327,7 @@ class compiled {
                   "argument to the device, or none");
     using Prog = typename program_for_args<Args...>::type;
     using Outs = typename program_for_args<Args...>::device_outputs;
-    if (eager_only()) {  // op by op on the host, as the run-time path does for float
+    if (rolled_back(args...)) {  // op by op on the host, as the run-time path does for float
       auto host = std::apply(
           [&](const auto&... a) { return eager_outputs<typename program_for_args<Args...>::outputs>(to_host_arg(a)...); },
           std::tie(args...));
@@ -380,7 +413,79 @@ class compiled {
     return true;
   }
 
-  bool eager_only() const { return detail::disabled_by_environment() || current_stance() == stance::force_eager; }
+  bool eager_only() const { return rollback_active() || !enabled(); }
+
+  /// eager_only(), counted and logged: the rollback switches' one check per call.
+  template <class... Args>
+  bool rolled_back(const Args&... args) {
+    if (!eager_only()) {
+      if (switch_->logged.load(std::memory_order_relaxed) != 0) switch_->logged.store(0, std::memory_order_relaxed);
+      return false;
+    }
+    jit::counters().rollback_calls.fetch_add(1, std::memory_order_relaxed);
+    const int why = detail::disabled_by_environment() ? 1 : current_stance() == stance::force_eager ? 2 : 3;
+    if (jit::enabled(jit::log_category::rollback) && switch_->logged.exchange(why, std::memory_order_relaxed) != why)
+      jit::log(jit::log_category::rollback,
+               std::string("a compiled function called with ") + detail::argument_shapes(args...) +
+                   " runs its model eagerly: " +
+                   (why == 1 ? "FUSEBOX_DISABLE=1" : why == 2 ? "stance force_eager" : "f.disable()") +
+                   " (counted in counters().rollback_calls)");
+    return true;
+  }
+
+  /// compile<options{.backend = backend::cuda}>(model) with host tensors: upload, run on the GPU,
+  /// download. Without a usable GPU, a backend_unavailable saying so (never a silent CPU run).
+  template <class... Args>
+  auto call_on_device(const Args&... args) -> decltype(this->call(nullptr, args...)) {
+    using T = typename program_for_args<Args...>::type::value_type;
+    if (eager_only()) return call(nullptr, args...);  // rolled back: eager on the host, where the tensors are
+    static_assert(std::is_same_v<T, float>,
+                  "fusebox: compile<options{.backend = backend::cuda}>(model) called with host tensors that are "
+                  "not float: the CUDA backend computes float32 (with bfloat16 and float16 storage); pass float "
+                  "tensors, or compile with backend::cpu");
+    require_gpu(args...);
+    auto outs = call_cuda(to_device_arg(args)...);
+    if constexpr (cuda::is_tensor_v<decltype(outs)>) return outs.to_host();
+    else return std::apply([](const auto&... o) { return std::make_tuple(o.to_host()...); }, outs);
+  }
+  /// backend::cuda on host tensors needs a GPU: a backend_unavailable saying what was tried and
+  /// the fix when there is none.
+  template <class... Args>
+  static void require_gpu(const Args&... args) {
+    try {
+      (void)cuda::current_device();
+    } catch (const backend_unavailable& e) {
+      std::string why = e.what();  // "fusebox: the CUDA backend is unavailable: <tried>. To fix: <fix>"
+      if (const auto at = why.find("unavailable: "); at != std::string::npos) why.erase(0, at + 13);
+      throw backend_unavailable(
+          "CUDA",
+          "the function was compiled with options{.backend = backend::cuda}, so this call's host tensors " +
+              detail::argument_shapes(args...) + " were to be uploaded to the GPU and the results downloaded; " + why +
+              "; or, to run on the CPU, compile with backend::automatic (run where the arguments are) or "
+              "backend::cpu",
+          "");
+    }
+  }
+  /// backend::cuda as a run-time option on host tensors. Running them on the GPU means building the
+  /// CUDA path into every host call of every compiled function (it more than doubled the build of
+  /// a two-model unit, 7 -> 18 CPU-s at -O0), so that form is asked for at build time, as
+  /// fast_math is; a run-time option still never runs on the CPU unannounced.
+  template <class... Args>
+  static void refuse_host_call_on_cuda(const Args&... args) {
+    require_gpu(args...);
+    throw invalid_argument(
+        "fusebox: compile(model, options{.backend = backend::cuda}) called with host tensors " +
+        detail::argument_shapes(args...) +
+        ": to run host tensors on the GPU (upload, run, download) give the backend at build time, "
+        "compile<options{.backend = fusebox::backend::cuda}>(model), or pass cuda::tensor arguments (cuda::tensor(x)), "
+        "which run on the GPU under backend::automatic as well");
+  }
+
+  template <class A>
+  static decltype(auto) to_device_arg(const A& a) {
+    if constexpr (is_tensor_v<A>) return cuda::tensor<typename A::value_type, typename A::shape_type>(a);
+    else return (a);
+  }
 
   /// The model run op by op, its results in the compiled function's output types.
   template <class Outs, class... Args>
@@ -464,8 +569,15 @@ class compiled {
                              to_string(want) + " (contiguous)");
   }
 
+  /// compiled::disable(): a heap object so a compiled function stays movable.
+  struct switch_state {
+    std::atomic<bool> disabled{false};
+    std::atomic<int> logged{0};  // the reason last logged (rolled_back), 0 after a compiled call
+  };
+
   Model model_;
   options opts_;
+  std::unique_ptr<switch_state> switch_ = std::make_unique<switch_state>();
   std::unique_ptr<cpu::runtime> rt_ = std::make_unique<cpu::runtime>();
   std::unique_ptr<jit::cuda_runtime> cuda_rt_;  // created by the first CUDA call
   std::vector<graph_size_rule> graph_sizes_;     // cudagraph_sizes()
@@ -474,11 +586,12 @@ class compiled {
   std::vector<recompile_counter> dynamic_;
 };
 
-/// Clears the in-memory kernel cache and zeroes the counters (compiled functions keep the
-/// programs they already hold; the disk cache is untouched).
+/// Clears the in-memory kernel cache, zeroes the counters and forgets which graph breaks were
+/// logged (compiled functions keep the programs they already hold; the disk cache is untouched).
 inline void reset() {
   jit::kernel_store::instance().clear_memory();
   jit::counters().reset();
+  detail::forget_logged_breaks();
 }
 
 /// Compiles `model` (a callable over tensors built from fusebox ops) with run-time options.

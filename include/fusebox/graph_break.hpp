@@ -5,13 +5,20 @@
 //                  produces x is compiled and run as its own segment on the spot, and capture goes on.
 // Under fullgraph both are errors: a build error when fullgraph is a template argument of compile,
 // a fusebox::graph_break exception naming the line otherwise.
-// Depends on: ops/capture.hpp, cpu/report.hpp.
+// FUSEBOX_LOGS=graph_breaks logs each break site, with its source line, once per process.
+// Depends on: ops/capture.hpp, cpu/report.hpp, jit/logs.hpp.
 #pragma once
 
+#include <functional>
+#include <mutex>
+#include <set>
 #include <source_location>
+#include <string>
+#include <string_view>
 #include <type_traits>
 
 #include "fusebox/cpu/report.hpp"
+#include "fusebox/jit/logs.hpp"
 #include "fusebox/ops/capture.hpp"
 
 namespace fusebox {
@@ -27,9 +34,45 @@ struct graph_break_under_fullgraph {
 }  // namespace static_check
 
 namespace detail {
+/// The break sites already logged (FUSEBOX_LOGS=graph_breaks logs each site once per process, not
+/// once per call; fusebox::reset() forgets them).
+struct logged_breaks {
+  std::mutex mutex;
+  std::set<std::string, std::less<>> sites;
+};
+inline logged_breaks& breaks_logged() {
+  static logged_breaks* b = new logged_breaks;  // never destroyed, like the log state
+  return *b;
+}
+inline void forget_logged_breaks() {
+  auto& b = breaks_logged();
+  std::lock_guard lock(b.mutex);
+  b.sites.clear();
+}
+
+inline void log_break(const char* what, const std::source_location& loc, bool fullgraph) {
+  if (!jit::enabled(jit::log_category::graph_breaks)) return;
+  std::string site = std::string(what) + " at " + where(loc);
+  {
+    auto& b = breaks_logged();
+    std::lock_guard lock(b.mutex);
+    if (!b.sites.insert(site).second) return;
+  }
+  jit::log(jit::log_category::graph_breaks,
+           "graph break: " + site +
+               (fullgraph ? ": an error under fullgraph"
+                          : std::string(std::string_view(what) == "item()"
+                                            ? ": the part of the model before it runs as its own segment to produce "
+                                              "the value read on the host"
+                                            : ": a user function on a concrete tensor; the kernels before and after "
+                                              "it are separate segments") +
+                                " (compile with fullgraph = true to make it an error)"));
+}
+
 inline void note_break(const char* what, const std::source_location& loc, std::function<std::string()> report) {
   capture_context* c = current_capture();
   if (!c) return;
+  log_break(what, loc, c->fullgraph);
   if (c->fullgraph) throw graph_break(std::string(what) + " under fullgraph", loc);
   if (c->breaks) c->breaks->push_back({what, loc, std::move(report)});
 }

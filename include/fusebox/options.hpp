@@ -1,14 +1,24 @@
 // options.hpp: what compile() is told, mirroring torch.compile's arguments.
 // A structural type, so it can also be a template argument: compile<options{.fullgraph = true}>(m)
 // makes graph breaks build errors, which a run-time options value cannot.
-// Depends on: nothing.
+// Depends on: the C++ standard library.
 #pragma once
+
+#include <cstdlib>
+#include <string_view>
 
 namespace fusebox {
 
 enum class mode { default_, reduce_overhead, max_autotune };
 enum class dynamic { automatic, always, never };
-enum class backend { cpu, cuda };
+/// Where a compiled function runs.
+///   automatic (default): where the arguments are: host tensors on the CPU, cuda::tensor
+///                        arguments on the GPU (what fusebox always did).
+///   cpu:  the CPU only; cuda::tensor arguments are an invalid_argument naming the fix.
+///   cuda: the GPU; host tensor arguments are uploaded, the model runs on the GPU and the results
+///         come back as host tensors. Without a usable GPU this is a backend_unavailable saying
+///         what was tried and the fix (never a silent CPU run).
+enum class backend { automatic, cpu, cuda };
 
 /// Process-wide stance, like torch.compiler.set_stance: `force_eager` runs every compiled function
 /// eagerly (so does FUSEBOX_DISABLE=1: bisect a wrong answer or a slowdown without a rebuild);
@@ -19,7 +29,7 @@ struct options {
   fusebox::mode mode = fusebox::mode::default_;
   bool fullgraph = false;          ///< a graph break is an error (build error when given as a template argument)
   fusebox::dynamic dynamic = fusebox::dynamic::automatic;
-  fusebox::backend backend = fusebox::backend::cpu;
+  fusebox::backend backend = fusebox::backend::automatic;
   int recompile_limit = 8;
   bool error_on_recompile = false;
   bool fast_math = false;
@@ -46,5 +56,20 @@ inline stance& stance_ref() {
 
 inline void set_stance(stance s) { detail::stance_ref() = s; }
 inline stance current_stance() { return detail::stance_ref(); }
+
+namespace detail {
+/// FUSEBOX_DISABLE=1 in the environment: every compiled function runs eagerly (read once).
+inline bool disabled_by_environment() {
+  static const bool off = [] {
+    const char* v = std::getenv("FUSEBOX_DISABLE");
+    return v && *v && std::string_view(v) != "0";
+  }();
+  return off;
+}
+}  // namespace detail
+
+/// Whether the global rollback is on (stance force_eager or FUSEBOX_DISABLE=1): every compiled
+/// function then runs its model eagerly. compiled::disable() does the same for one function.
+inline bool rollback_active() { return detail::disabled_by_environment() || current_stance() == stance::force_eager; }
 
 }  // namespace fusebox

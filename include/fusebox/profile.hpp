@@ -6,6 +6,7 @@
 //   { fusebox::profile::scoped_span s("matmul", "kernel"); ... }  // a span: name, category,
 //                                                    //   start, duration, thread
 //   fusebox::profile::instant("disk hit", "cache");  // a point event
+//   fusebox::profile::kernel_name_scope n(name);     // the next "kernel" span is called `name`
 //   fusebox::profile::stop();
 //   fusebox::profile::write_chrome_trace("trace.json");
 //
@@ -250,6 +251,27 @@ inline bool device_timing() noexcept {
   return device_timing_flag().load(std::memory_order_relaxed) && active();
 }
 
+namespace detail {
+/// The name kernel_name_scope gives the next "kernel" span of this thread (null: none).
+inline const std::string*& pending_kernel_name() noexcept {
+  thread_local const std::string* name = nullptr;
+  return name;
+}
+}  // namespace detail
+
+/// Names the next span of category "kernel" that this thread opens while the scope lives: the
+/// static executor (cpu/executor.hpp) names its spans by kernel kind ("rows", "matmul"); the caller
+/// that runs it (cpu/invoke.hpp) knows the kernel's fused ops and names the span by them, as
+/// explain() lists them. The executor's name goes into the span's detail. One span takes the name
+/// (kernels run inside an opaque() user function keep theirs).
+class kernel_name_scope {
+ public:
+  explicit kernel_name_scope(const std::string& name) noexcept { detail::pending_kernel_name() = &name; }
+  kernel_name_scope(const kernel_name_scope&) = delete;
+  kernel_name_scope& operator=(const kernel_name_scope&) = delete;
+  ~kernel_name_scope() { detail::pending_kernel_name() = nullptr; }
+};
+
 /// Records the time from construction to destruction as one span. Names are copied only when
 /// recording is on.
 class scoped_span {
@@ -262,6 +284,11 @@ class scoped_span {
     name_ = name;
     category_ = category;
     detail_ = info;
+    if (const std::string*& given = detail::pending_kernel_name(); given && category == "kernel") {
+      detail_ = std::string(name) + (info.empty() ? "" : "; ") + std::string(info);
+      name_ = *given;
+      given = nullptr;
+    }
     begin_ = detail::clock::now();
     on_ = true;
   }
@@ -298,6 +325,14 @@ class scoped_span {
   detail::clock::time_point begin_{};
   std::string name_, category_, detail_;
 };
+
+/// The span of the JIT's one-off build of its precompiled kernel prelude (jit/kernel_store.hpp):
+/// seconds once per cache directory and compiler, which would otherwise show as an unexplained gap
+/// before the first kernels compile. `where` is the precompiled header's path.
+inline constexpr std::string_view prelude_build_name = "precompiled prelude build";
+inline scoped_span prelude_build_span(std::string_view where) {
+  return scoped_span(prelude_build_name, "compile", where);
+}
 
 /// The recorded events as Chrome trace JSON.
 inline std::string chrome_trace_json() {

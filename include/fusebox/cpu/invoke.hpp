@@ -1,16 +1,20 @@
 // cpu/invoke.hpp: one call of a program: binds the inputs, the payloads, the outputs, the arena and
 // the workspace into a frame, then runs the kernels. Shared by eager evaluation and compiled calls.
-// Depends on: cpu/executor.hpp, core/.
+// Depends on: cpu/executor.hpp, cpu/report.hpp (kernel names for the profiler), core/, profile.hpp.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdlib>
+#include <string>
 #include <tuple>
 #include <utility>
 
 #include "fusebox/core/storage.hpp"
 #include "fusebox/core/tensor.hpp"
 #include "fusebox/cpu/executor.hpp"
+#include "fusebox/cpu/report.hpp"
+#include "fusebox/profile.hpp"
 
 namespace fusebox::cpu {
 
@@ -113,6 +117,25 @@ void copy_repeated_outputs(Outs& outs) {
   }(std::make_index_sequence<std::tuple_size_v<Outs>>{});
 }
 
+/// Program::run while profiling: each kernel's span is named by its fused ops, as explain() lists
+/// them ("mul, add, gelu", "matmul + epilogue(add, relu)"), not by its kind alone ("rows").
+template <class Program>
+void run_named(typename Program::frame_t& f) {
+  static const auto names = [] {
+    std::array<std::string, Program::plan.n_kernels> n;
+    for (int k = 0; k < Program::plan.n_kernels; ++k) n[k] = kernel_ops<Program>(k);
+    return n;
+  }();
+  // What Program::run does (each kernel in plan order), with a name for each kernel's span.
+  auto one = [&]<int K>() {
+    profile::kernel_name_scope name(names[K]);
+    Program::template run_kernel<K>(f);
+  };
+  [&]<int... K>(std::integer_sequence<int, K...>) {
+    (one.template operator()<K>(), ...);
+  }(std::make_integer_sequence<int, Program::plan.n_kernels>{});
+}
+
 /// Binds output tensors, the arena and the workspace, then runs the static program.
 template <class Program, class Outs>
 void bind_and_run(typename Program::frame_t& f, Outs& outs, runtime& rt) {
@@ -120,11 +143,13 @@ void bind_and_run(typename Program::frame_t& f, Outs& outs, runtime& rt) {
   f.pool = rt.pool;
   f.arena = rt.arena.ensure(Program::arena_bytes);
   Program::bind_intermediates(f);
+  Program::number_values(f);
   const std::size_t ws = Program::all_static ? Program::workspace_bytes(rt.pool->size())
                                              : Program::workspace_bytes(rt.pool->size(), f);
   f.workspace = rt.workspace.ensure(ws);
   f.workspace_bytes = rt.workspace.size();
-  Program::run(f);
+  if (profile::active()) run_named<Program>(f);
+  else Program::run(f);
   copy_repeated_outputs<Program>(outs);
 }
 

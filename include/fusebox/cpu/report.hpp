@@ -1,5 +1,5 @@
 // cpu/report.hpp: a program's plan in words: each kernel with its fused ops, loop, vector width,
-// threads, bytes and flops. Read by explain().
+// threads, bytes and flops. Read by explain(); kernel_ops() also names the kernels' profile spans.
 // Depends on: cpu/executor.hpp.
 #pragma once
 
@@ -28,6 +28,38 @@ inline std::string number(double v) {
 }
 }  // namespace detail
 
+/// The fused ops of kernel k of program P, as explain() lists them and the profiler names the
+/// kernel's span: "mul, add, gelu", "matmul + epilogue(add, relu)", "conv2d + epilogue(add)".
+template <class P>
+std::string kernel_ops(int k) {
+  constexpr auto& plan = P::plan;
+  constexpr auto& nodes = P::nodes;
+  const auto& kn = plan.kernels[k];
+  auto members = [&](int group) {
+    std::string s;
+    for (std::size_t i = 0; i < P::N; ++i)
+      if (plan.group[i] == group) s += std::string(s.empty() ? "" : ", ") + nodes[i].desc.name;
+    return s;
+  };
+  switch (kn.kind) {
+    case plan::kernel_kind::rows:
+    case plan::kernel_kind::reduce_cols: return members(kn.group);
+    case plan::kernel_kind::matmul:
+      return kn.group >= 0 ? "matmul + epilogue(" + members(kn.group) + ")" : std::string("matmul");
+    case plan::kernel_kind::spatial:
+      return std::string(nodes[kn.node].desc.name) +
+             (kn.group >= 0 ? " + epilogue(" + members(kn.group) + ")" : std::string());
+    case plan::kernel_kind::opaque: return "opaque (user function: graph break)";
+    case plan::kernel_kind::attention:
+      return std::string(nodes[kn.node].desc.name) + (nodes[kn.node].desc.axis == 1 ? " (causal)" : "");
+    case plan::kernel_kind::gather: return nodes[kn.node].desc.name;
+    case plan::kernel_kind::pad:
+      return nodes[kn.node].n_inputs == 1 ? "pad (a slice's gradient)"
+                                          : "pad (the gradients of adjacent slices, side by side)";
+    default: return "copy";
+  }
+}
+
 /// Kernel-by-kernel description of program P run with `threads` threads (static shapes).
 template <class P>
 std::string describe(unsigned threads) {
@@ -39,10 +71,8 @@ std::string describe(unsigned threads) {
   for (int k = 0; k < plan.n_kernels; ++k) {
     const auto& kn = plan.kernels[k];
     double bytes = 0, flops = 0;
-    std::string ops;
+    const std::string ops = kernel_ops<P>(k);
     auto add_member = [&](std::size_t i) {
-      if (!ops.empty()) ops += ", ";
-      ops += nodes[i].desc.name;
       const double elems = nodes[i].desc.kind == node_kind::reduce
                                ? static_cast<double>(nodes[nodes[i].inputs[0]].desc.shape.size())
                                : static_cast<double>(nodes[i].desc.shape.size());
@@ -74,18 +104,11 @@ std::string describe(unsigned threads) {
       const int m = kn.node;
       const auto& a = nodes[nodes[m].inputs[0]].desc.shape;
       const auto& o = nodes[m].desc.shape;
-      ops = "matmul";
       flops = 2.0 * static_cast<double>(o.size()) * static_cast<double>(a.back(0));
       bytes = (nodes[nodes[m].inputs[0]].desc.shape.size() + nodes[nodes[m].inputs[1]].desc.shape.size()) * eb;
       if (kn.group >= 0) {
-        std::string epi;
         for (std::size_t i = 0; i < P::N; ++i)
-          if (plan.group[i] == kn.group) {
-            if (!epi.empty()) epi += ", ";
-            epi += nodes[i].desc.name;
-            flops += nodes[i].desc.flops * static_cast<double>(nodes[i].desc.shape.size());
-          }
-        ops += " + epilogue(" + epi + ")";
+          if (plan.group[i] == kn.group) flops += nodes[i].desc.flops * static_cast<double>(nodes[i].desc.shape.size());
         add_reads(kn.group);
       } else {
         bytes += o.size() * eb;
@@ -94,17 +117,11 @@ std::string describe(unsigned threads) {
     } else if (kn.kind == plan::kernel_kind::spatial) {
       const ir::node& n = nodes[kn.node];
       const window& w = n.desc.win;
-      ops = n.desc.name;
       flops = static_cast<double>(n.desc.flops) * static_cast<double>(n.desc.shape.size());
       for (int in = 0; in < n.n_inputs; ++in) bytes += nodes[n.inputs[in]].desc.shape.size() * eb;
       if (kn.group >= 0) {
-        std::string epi;
         for (std::size_t i = 0; i < P::N; ++i)
-          if (plan.group[i] == kn.group) {
-            epi += std::string(epi.empty() ? "" : ", ") + nodes[i].desc.name;
-            flops += nodes[i].desc.flops * static_cast<double>(nodes[i].desc.shape.size());
-          }
-        ops += " + epilogue(" + epi + ")";
+          if (plan.group[i] == kn.group) flops += nodes[i].desc.flops * static_cast<double>(nodes[i].desc.shape.size());
         add_reads(kn.group);
       } else {
         bytes += n.desc.shape.size() * eb;
@@ -117,12 +134,10 @@ std::string describe(unsigned threads) {
                   ? ", im2col + gemm"
                   : "");
     } else if (kn.kind == plan::kernel_kind::opaque) {
-      ops = "opaque (user function: graph break)";
       loop = "host call";
     } else if (kn.kind == plan::kernel_kind::attention) {
       const ir::node& n = nodes[kn.node];
       const dims &q = nodes[n.inputs[0]].desc.shape, &kk = nodes[n.inputs[1]].desc.shape, &o = n.desc.shape;
-      ops = std::string(n.desc.name) + (n.desc.axis == 1 ? " (causal)" : "");
       const double pairs = static_cast<double>(q[0] * q[1] * q[2] * kk[1]) * (n.desc.axis == 1 ? 0.5 : 1.0);
       const double e = static_cast<double>(q[3]), ev = static_cast<double>(nodes[n.inputs[2]].desc.shape[3]);
       // Forward: scores and the weighted sum. Gradients (cpu/attention.hpp): the scores twice (the
@@ -136,7 +151,6 @@ std::string describe(unsigned threads) {
     } else if (kn.kind == plan::kernel_kind::gather) {
       const ir::node& n = nodes[kn.node];
       const dims &a = nodes[n.inputs[0]].desc.shape, &ids = nodes[n.inputs[1]].desc.shape;
-      ops = n.desc.name;
       loop = n.desc.variant == 0 ? "rows of " + to_string(a) + " picked by ids " + to_string(ids) + " -> " + to_string(kn.space)
                                  : "rows of " + to_string(a) + " added into " + to_string(kn.space) +
                                        " by ids (counting sort, a task per block of rows)";
@@ -147,7 +161,6 @@ std::string describe(unsigned threads) {
       flops = n.desc.variant == 0 ? 0.0 : static_cast<double>(a.size());
     } else if (kn.kind == plan::kernel_kind::pad) {
       const ir::node& n = nodes[kn.node];
-      ops = n.n_inputs == 1 ? "pad (a slice's gradient)" : "pad (the gradients of adjacent slices, side by side)";
       loop.clear();
       for (int in = 0; in < n.n_inputs; ++in) {
         loop += (in ? " | " : "") + to_string(nodes[n.inputs[in]].desc.shape);
@@ -156,7 +169,6 @@ std::string describe(unsigned threads) {
       loop += " into " + to_string(kn.space) + " along dimension " + std::to_string(n.desc.axis);
       bytes += kn.space.size() * eb;
     } else {
-      ops = "copy";
       loop = "strided copy of " + to_string(kn.space);
       bytes = 2 * kn.space.size() * eb;
     }

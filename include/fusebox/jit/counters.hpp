@@ -2,7 +2,8 @@
 // test switch that makes any compile an error.
 //
 // `fusebox::jit::counters()` is one process-wide set: cache hits and misses (in memory and on
-// disk), compiles, recompiles, disk stores, evictions, compile seconds, and the most recent
+// disk), compiles, recompiles, disk stores, evictions, calls rolled back to eager, compile
+// seconds, and the most recent
 // recompile reasons (bounded, so a long-running server cannot grow it without limit). The
 // numbers are relaxed atomics: they are bumped on hot paths and read for reports, and no code
 // orders other memory by them. `snapshot()` copies them into a plain struct for printing and
@@ -49,6 +50,8 @@ struct counter_snapshot {
   std::uint64_t graph_captures = 0;   // CUDA graphs recorded (reduce_overhead)
   std::uint64_t graph_updates = 0;    // of those, written over an existing graph (cuGraphExecUpdate)
   std::uint64_t graph_replays = 0;    // calls that replayed a recorded graph as it was
+  std::uint64_t rollback_calls = 0;   // compiled calls run eagerly by a rollback switch (f.disable(),
+                                      // stance force_eager, FUSEBOX_DISABLE=1)
   double compile_seconds = 0;
   std::uint64_t recompile_reasons_dropped = 0;  // reasons older than the kept window
   std::vector<std::string> recompile_reasons;   // oldest first
@@ -72,6 +75,7 @@ class counter_set {
   std::atomic<std::uint64_t> graph_captures{0};
   std::atomic<std::uint64_t> graph_updates{0};
   std::atomic<std::uint64_t> graph_replays{0};
+  std::atomic<std::uint64_t> rollback_calls{0};
 
   void add_compile_seconds(double seconds) noexcept {
     compile_nanoseconds_.fetch_add(static_cast<std::uint64_t>(seconds * 1e9),
@@ -112,6 +116,7 @@ class counter_set {
     s.graph_captures = graph_captures.load(std::memory_order_relaxed);
     s.graph_updates = graph_updates.load(std::memory_order_relaxed);
     s.graph_replays = graph_replays.load(std::memory_order_relaxed);
+    s.rollback_calls = rollback_calls.load(std::memory_order_relaxed);
     s.compile_seconds = compile_seconds();
     std::lock_guard lock(mutex_);
     s.recompile_reasons_dropped = dropped_;
@@ -122,7 +127,8 @@ class counter_set {
   /// Zeroes everything (fusebox::reset() and tests).
   void reset() {
     for (auto* c : {&hits, &misses, &compiles, &kernels_compiled, &compile_failures, &recompiles, &disk_hits,
-                    &disk_misses, &disk_stores, &evictions, &graph_captures, &graph_updates, &graph_replays})
+                    &disk_misses, &disk_stores, &evictions, &graph_captures, &graph_updates, &graph_replays,
+                    &rollback_calls})
       c->store(0, std::memory_order_relaxed);
     compile_nanoseconds_.store(0, std::memory_order_relaxed);
     std::lock_guard lock(mutex_);

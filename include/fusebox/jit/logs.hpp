@@ -2,8 +2,10 @@
 // recompile says why).
 //
 // Categories are bit flags: recompiles, guards, graph_breaks, kernels, cache, output_code,
-// autotune, cudagraphs. They are read once from the environment (`FUSEBOX_LOGS=recompiles,cache`; also
-// `all`; an unknown name warns once and is ignored) and can be replaced from code with
+// autotune, cudagraphs, rollback. They are read once from the environment
+// (`FUSEBOX_LOGS=recompiles,cache`; also `all`; an unknown name warns once and is ignored), at
+// start-up: every program that includes this header reads them before main, so a static-only
+// program, which may never log, still warns about a misspelt name. They can be replaced from code with
 // `fusebox::set_logs("recompiles,cache")`. `log(category, message)` writes each line of the
 // message to stderr as `[fusebox:<category>] <line>`, one line per write under a lock, so lines
 // from several threads never interleave. When a category is off, `enabled()` is one relaxed
@@ -34,6 +36,7 @@ enum class log_category : std::uint32_t {
   output_code = 1u << 5,
   autotune = 1u << 6,
   cudagraphs = 1u << 7,
+  rollback = 1u << 8,  ///< a compiled function runs eagerly (f.disable(), force_eager, FUSEBOX_DISABLE)
 };
 
 namespace detail {
@@ -47,8 +50,9 @@ inline constexpr log_name log_names[] = {
     {log_category::graph_breaks, "graph_breaks"}, {log_category::kernels, "kernels"},
     {log_category::cache, "cache"}, {log_category::output_code, "output_code"},
     {log_category::autotune, "autotune"}, {log_category::cudagraphs, "cudagraphs"},
+    {log_category::rollback, "rollback"},
 };
-inline constexpr std::uint32_t all_log_bits = (1u << 8) - 1;
+inline constexpr std::uint32_t all_log_bits = (1u << 9) - 1;
 
 inline void write_stderr_line(std::string_view line) {
   std::fwrite(line.data(), 1, line.size(), stderr);
@@ -68,7 +72,7 @@ struct log_state {
       if (!warned.emplace(name).second) return;
       line = "[fusebox] warning: FUSEBOX_LOGS: unknown category '" + std::string(name) +
              "' ignored (known: recompiles, guards, graph_breaks, kernels, cache, output_code, "
-             "autotune, cudagraphs, all)\n";
+             "autotune, cudagraphs, rollback, all)\n";
     }
     emit(line);
   }
@@ -118,6 +122,11 @@ inline std::uint32_t parse_logs(std::string_view list, log_state& state) {
   }
   return bits;
 }
+
+/// Reads FUSEBOX_LOGS during static initialisation of any program that includes this header:
+/// otherwise it was read on the first log or enabled() call, which a program on the static path
+/// alone may never make, and a misspelt category went unreported.
+inline const bool logs_read_at_start_up = (logs(), true);
 
 }  // namespace detail
 
