@@ -1,28 +1,51 @@
-# Run as: cmake -DPARAMS=<file> -DCONFIG=<config> -P install-and-consume.cmake
-# PARAMS sets BUILD_DIR, WORK_DIR, CONSUMER_SOURCE_DIR, CONSUMER_GENERATOR,
-# CONSUMER_MAKE_PROGRAM, CONSUMER_CXX_COMPILER, CONSUMER_PREFIX_PATH, EXPECTED_OUTPUT.
+# Run as: cmake -DPARAMS=<file> -DCONFIG=<config> -DFORM=<form> -P install-and-consume.cmake
+# PARAMS sets BUILD_DIR, WORK_DIR, SOURCE_DIR, CONSUMER_SOURCE_DIR, FROM_SOURCE_CONSUMER_DIR,
+# CONSUMER_GENERATOR, CONSUMER_MAKE_PROGRAM, CONSUMER_CXX_COMPILER, CONSUMER_PREFIX_PATH,
+# EXPECTED_OUTPUT.
 #
-# 1. cmake --install the build tree into WORK_DIR/prefix;
-# 2. configure conan/test_package against that prefix (plus the original CMAKE_PREFIX_PATH,
-#    for xsimd and Hana on machines where they live in a staged prefix), build it, run it;
-# 3. check that fusebox came from WORK_DIR/prefix (not from the source or build tree), that the
-#    program printed EXPECTED_OUTPUT, and that the installed targets carry no -march flag.
+# Builds and runs a small consumer of fusebox in one of the three ways README.md's "Use it in
+# your project" shows (FORM):
+#   package       (CTest install_and_consume) cmake --install the build tree into
+#                 WORK_DIR/prefix, then configure conan/test_package against that prefix (plus the
+#                 original CMAKE_PREFIX_PATH, for xsimd and Hana where they live in a staged
+#                 prefix), build it, run it; check that fusebox came from WORK_DIR/prefix (not from
+#                 the source or build tree) and that the installed targets carry no -march flag.
+#   subdirectory  (install_and_consume.subdirectory) tests/cmake/consumer with add_subdirectory of
+#                 SOURCE_DIR;
+#   fetchcontent  (install_and_consume.fetchcontent) tests/cmake/consumer with FetchContent,
+#                 FETCHCONTENT_SOURCE_DIR_FUSEBOX=SOURCE_DIR (no network);
+# the last two check that fusebox came from SOURCE_DIR, not from a package, and did not add its
+# own tests to the consumer's build. Every form checks that the program printed EXPECTED_OUTPUT.
+# Consumers build at -O1: the point is that they configure, compile, link and run.
+#
+# Measured on the 2-core CI-like machine (idle core), Release: package 7 s, subdirectory and
+# fetchcontent 11-12 s each (configure ~1.5 s, the compile of main.cpp ~9 s, most of it
+# parsing fusebox.hpp); only `package` holds the build-tree lock.
 
 include("${PARAMS}")
+if(NOT FORM)
+  set(FORM package)
+endif()
 
 function(run_step what)
   execute_process(COMMAND ${ARGN}
     RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE out)
   if(NOT result EQUAL 0)
     string(REPLACE ";" " " command "${ARGN}")
-    message(FATAL_ERROR "install_and_consume: ${what} failed (${result})\n  ${command}\n${out}")
+    message(FATAL_ERROR "install_and_consume (${FORM}): ${what} failed (${result})\n  ${command}\n${out}")
   endif()
   set(step_output "${out}" PARENT_SCOPE)
 endfunction()
 
+function(cache_value build_dir name out_var)
+  file(STRINGS "${build_dir}/CMakeCache.txt" line REGEX "^${name}:")
+  string(REGEX REPLACE "^${name}:[^=]*=" "" value "${line}")
+  set(${out_var} "${value}" PARENT_SCOPE)
+endfunction()
+
 set(prefix "${WORK_DIR}/prefix")
-set(consumer_build "${WORK_DIR}/consumer")
-file(REMOVE_RECURSE "${WORK_DIR}/prefix" "${consumer_build}")
+set(consumer_build "${WORK_DIR}/consumer-${FORM}")
+file(REMOVE_RECURSE "${consumer_build}")
 
 set(config_args "")
 set(build_type "Release")
@@ -30,25 +53,41 @@ if(CONFIG)
   set(config_args --config "${CONFIG}")
   set(build_type "${CONFIG}")
 endif()
+string(TOUPPER "${build_type}" build_type_upper)
 
-run_step("install" "${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${prefix}" ${config_args})
+# CMAKE_PREFIX_PATH is a list: through run_step's ARGN a ';' would split it into two arguments,
+# so it goes in through an initial-cache file instead of -D.
+set(prefix_path "")
+if(FORM STREQUAL "package")
+  file(REMOVE_RECURSE "${prefix}")
+  run_step("install" "${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${prefix}" ${config_args})
+  set(prefix_path "${prefix}")
+  set(source "${CONSUMER_SOURCE_DIR}")
+  set(program_name test_package)
+elseif(FORM STREQUAL "subdirectory" OR FORM STREQUAL "fetchcontent")
+  set(source "${FROM_SOURCE_CONSUMER_DIR}")
+  set(program_name consumer)
+else()
+  message(FATAL_ERROR "install_and_consume: FORM is '${FORM}'; expected package, subdirectory or fetchcontent")
+endif()
+if(CONSUMER_PREFIX_PATH)
+  list(APPEND prefix_path ${CONSUMER_PREFIX_PATH})
+endif()
+file(CONFIGURE OUTPUT "${WORK_DIR}/consumer-${FORM}-init.cmake" @ONLY CONTENT [==[
+set(CMAKE_PREFIX_PATH [=[@prefix_path@]=] CACHE STRING "")
+set(CMAKE_CXX_FLAGS_@build_type_upper@ "-O1" CACHE STRING "")
+set(FUSEBOX_FROM [=[@FORM@]=] CACHE STRING "")
+set(FUSEBOX_SOURCE_DIR [=[@SOURCE_DIR@]=] CACHE PATH "")
+set(FETCHCONTENT_SOURCE_DIR_FUSEBOX [=[@SOURCE_DIR@]=] CACHE PATH "")
+]==])
 
 set(make_program_arg "")
 if(CONSUMER_MAKE_PROGRAM)
   set(make_program_arg "-DCMAKE_MAKE_PROGRAM=${CONSUMER_MAKE_PROGRAM}")
 endif()
-# CMAKE_PREFIX_PATH is a list: through run_step's ARGN a ';' would split it into two arguments,
-# so it goes in through an initial-cache file instead of -D.
-set(prefix_path "${prefix}")
-if(CONSUMER_PREFIX_PATH)
-  list(APPEND prefix_path ${CONSUMER_PREFIX_PATH})
-endif()
-file(CONFIGURE OUTPUT "${WORK_DIR}/consumer-init.cmake" @ONLY CONTENT [==[
-set(CMAKE_PREFIX_PATH [=[@prefix_path@]=] CACHE STRING "")
-]==])
-run_step("configure of conan/test_package"
-  "${CMAKE_COMMAND}" -C "${WORK_DIR}/consumer-init.cmake"
-  -S "${CONSUMER_SOURCE_DIR}" -B "${consumer_build}"
+run_step("configure of ${source}"
+  "${CMAKE_COMMAND}" -C "${WORK_DIR}/consumer-${FORM}-init.cmake"
+  -S "${source}" -B "${consumer_build}"
   -G "${CONSUMER_GENERATOR}" ${make_program_arg}
   "-DCMAKE_CXX_COMPILER=${CONSUMER_CXX_COMPILER}"
   "-DCMAKE_BUILD_TYPE=${build_type}"
@@ -56,37 +95,56 @@ run_step("configure of conan/test_package"
   -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF
   -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF)
 
-# The consumer must have found the package we just installed.
-file(STRINGS "${consumer_build}/CMakeCache.txt" fusebox_dir_line REGEX "^fusebox_DIR:")
-string(REGEX REPLACE "^fusebox_DIR:[^=]*=" "" fusebox_dir "${fusebox_dir_line}")
-cmake_path(IS_PREFIX prefix "${fusebox_dir}" NORMALIZE from_prefix)
-if(NOT from_prefix)
-  message(FATAL_ERROR "install_and_consume: the consumer found fusebox in '${fusebox_dir}', not under ${prefix}")
-endif()
-
-# -march=native is for our own tests only; an installed target must not impose it.
-file(GLOB_RECURSE target_files "${prefix}/fusebox-targets*.cmake")
-if(NOT target_files)
-  message(FATAL_ERROR "install_and_consume: no fusebox-targets.cmake under ${prefix}")
-endif()
-foreach(f IN LISTS target_files)
-  file(READ "${f}" contents)
-  if(contents MATCHES "-march")
-    message(FATAL_ERROR "install_and_consume: ${f} carries a -march flag")
+if(FORM STREQUAL "package")
+  # The consumer must have found the package we just installed.
+  cache_value("${consumer_build}" fusebox_DIR fusebox_dir)
+  cmake_path(IS_PREFIX prefix "${fusebox_dir}" NORMALIZE from_prefix)
+  if(NOT from_prefix)
+    message(FATAL_ERROR "install_and_consume: the consumer found fusebox in '${fusebox_dir}', not under ${prefix}")
   endif()
-endforeach()
+  set(came_from "${fusebox_dir}")
 
-run_step("build of conan/test_package" "${CMAKE_COMMAND}" --build "${consumer_build}" ${config_args})
+  # -march=native is for our own tests only; an installed target must not impose it.
+  file(GLOB_RECURSE target_files "${prefix}/fusebox-targets*.cmake")
+  if(NOT target_files)
+    message(FATAL_ERROR "install_and_consume: no fusebox-targets.cmake under ${prefix}")
+  endif()
+  foreach(f IN LISTS target_files)
+    file(READ "${f}" contents)
+    if(contents MATCHES "-march")
+      message(FATAL_ERROR "install_and_consume: ${f} carries a -march flag")
+    endif()
+  endforeach()
+else()
+  # fusebox's project() ran inside the consumer, from our source tree, as a subproject: its
+  # tests and examples stay out of the consumer's build (PROJECT_IS_TOP_LEVEL defaults).
+  cache_value("${consumer_build}" fusebox_SOURCE_DIR fusebox_source)
+  cache_value("${consumer_build}" fusebox_DIR fusebox_dir)
+  cache_value("${consumer_build}" FUSEBOX_BUILD_TESTS fusebox_tests)
+  cmake_path(COMPARE "${fusebox_source}" EQUAL "${SOURCE_DIR}" same_source)
+  if(NOT same_source)
+    message(FATAL_ERROR "install_and_consume (${FORM}): fusebox's source dir is '${fusebox_source}', not ${SOURCE_DIR}")
+  endif()
+  if(fusebox_dir AND NOT fusebox_dir MATCHES "NOTFOUND$")
+    message(FATAL_ERROR "install_and_consume (${FORM}): the consumer found a fusebox package in '${fusebox_dir}'")
+  endif()
+  if(fusebox_tests)
+    message(FATAL_ERROR "install_and_consume (${FORM}): FUSEBOX_BUILD_TESTS is '${fusebox_tests}' in a consumer")
+  endif()
+  set(came_from "${fusebox_source}")
+endif()
+
+run_step("build of ${source}" "${CMAKE_COMMAND}" --build "${consumer_build}" ${config_args})
 
 # Single-config generators put the program at the top of the build dir, multi-config ones in
 # a per-config subdirectory.
-set(program "${consumer_build}/test_package")
-if(NOT EXISTS "${program}" AND EXISTS "${consumer_build}/${build_type}/test_package")
-  set(program "${consumer_build}/${build_type}/test_package")
+set(program "${consumer_build}/${program_name}")
+if(NOT EXISTS "${program}" AND EXISTS "${consumer_build}/${build_type}/${program_name}")
+  set(program "${consumer_build}/${build_type}/${program_name}")
 endif()
-run_step("run of test_package" "${program}")
+run_step("run of ${program_name}" "${program}")
 string(FIND "${step_output}" "${EXPECTED_OUTPUT}" found_at)   # literal, not a regex
 if(found_at EQUAL -1)
-  message(FATAL_ERROR "install_and_consume: test_package printed\n${step_output}\nexpected it to contain '${EXPECTED_OUTPUT}'")
+  message(FATAL_ERROR "install_and_consume (${FORM}): ${program_name} printed\n${step_output}\nexpected it to contain '${EXPECTED_OUTPUT}'")
 endif()
-message(STATUS "install_and_consume: installed to ${prefix}; conan/test_package found ${fusebox_dir} and printed: ${step_output}")
+message(STATUS "install_and_consume (${FORM}): ${source} took fusebox from ${came_from} and printed: ${step_output}")

@@ -1,0 +1,20 @@
+// The consumer that tests/cmake/install-and-consume.cmake builds with fusebox taken in by
+// add_subdirectory and by FetchContent (conan/test_package is the find_package one). One compiled
+// call, so the headers, xsimd, Hana and the thread pool all come through fusebox::fusebox.
+#include <fusebox/fusebox.hpp>
+#include <fusebox/version.hpp>
+
+#include <cstdio>
+
+int main() {
+  namespace fb = fusebox;
+  fb::tensor<float, fb::shape<4, 8>> x;
+  x.fill_random(1);
+  auto f = fb::compile([](auto a) { return fb::relu(a) * 2.0f; });
+  auto y = f(x);
+  bool ok = true;
+  for (std::size_t i = 0; i < 4; ++i)
+    for (std::size_t j = 0; j < 8; ++j) ok = ok && y(i, j) == (x(i, j) > 0 ? x(i, j) * 2.0f : 0.0f);
+  std::printf("fusebox %s %s\n", fusebox::version_string, ok ? "ok" : "WRONG");
+  return ok ? 0 : 1;
+}
