@@ -3,6 +3,7 @@
 #
 #   make demo    build and run examples/quickstart
 #   make test    build everything and run all tests (exit status is the test result)
+#   make train   install Fashion-MNIST, build examples/train_fashion_mnist (-O3) and train T1
 #   make bench   build the benchmarks in build-bench/ and run bench/run_all
 #   make deps    check (and, as root, install) the Debian packages the build needs
 #   make clean   remove the build directories
@@ -21,8 +22,15 @@ MAKEFLAGS  += --no-print-directory
 
 DEPS       := libboost-dev libxsimd-dev catch2 zlib1g-dev cmake g++ make
 BENCH_DEPS := $(DEPS) libeigen3-dev libtorch-dev libopenblas-dev
+# Fashion-MNIST (31 MB, in /usr/share/datasets/fashion-mnist/, where fusebox::data looks first):
+# `make train` needs it, and with it `make test` runs the training example's smoke test
+# (examples.train_fashion_mnist_smoke) instead of skipping it.
+DATA_DEPS  := dataset-fashion-mnist
+# Arguments for `make train`: T1 by default (the MLP, 10 epochs, the GPU when there is one).
+# E.g. TRAIN_ARGS="--model cnn --lr 3e-3 --schedule cosine" (T2), or "--device cpu".
+TRAIN_ARGS ?=
 
-.PHONY: all demo test bench deps bench-deps clean
+.PHONY: all demo test train bench deps test-deps bench-deps clean
 all: test
 
 # $(call check_deps,<packages>): install what is missing as root; otherwise print the one
@@ -52,6 +60,9 @@ endef
 deps:
 	$(call check_deps,$(DEPS))
 
+test-deps:
+	$(call check_deps,$(DEPS) $(DATA_DEPS))
+
 bench-deps:
 	$(call check_deps,$(BENCH_DEPS))
 
@@ -63,7 +74,7 @@ demo: deps
 # ctest's own summary ("N% tests passed, M tests failed out of K" and the list of failures) is
 # the report; the last line says in one word whether to look further up. Some tests run builds
 # themselves (header check, compile-fail): CMAKE_BUILD_PARALLEL_LEVEL gives them JOBS too.
-test: deps
+test: test-deps
 	@$(CMAKE) -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DFUSEBOX_BUILD_TESTS=ON -DFUSEBOX_BUILD_EXAMPLES=OFF $(CMAKE_ARGS) \
 	  || { echo "==> make test: FAILED (configure)"; exit 1; }
 	@$(CMAKE) --build $(BUILD_DIR) -j $(JOBS) \
@@ -71,6 +82,11 @@ test: deps
 	@cd $(BUILD_DIR) && CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(CTEST) --output-on-failure -j $(JOBS) \
 	  || { echo "==> make test: FAILED (see the failed tests listed above)"; exit 1; }
 	@echo "==> make test: PASSED"
+
+train: test-deps
+	$(CMAKE) -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DFUSEBOX_BUILD_EXAMPLES=ON $(CMAKE_ARGS)
+	$(CMAKE) --build $(BUILD_DIR) --target train_fashion_mnist -j $(JOBS)
+	./$(BUILD_DIR)/examples/train_fashion_mnist $(TRAIN_ARGS)
 
 bench: bench-deps
 	@if [ ! -f bench/CMakeLists.txt ]; then \

@@ -8,9 +8,9 @@
 // ("same" padding 2 would give 7*7*64 = 3136). Each conv's bias and relu run as the convolution's
 // epilogue. Parameter names follow torch.nn.Sequential ("0.weight", "0.bias", "3.weight", ...), so
 // a state dict moves to and from the same nn.Sequential in PyTorch.
-// To wire it in: `#include "fashion_cnn.hpp"` in train_fashion_mnist.cpp and select
-// `fashion_cnn_model` for `--model cnn` (same members as models::mlp: network, input_shape, name);
-// the loader's [B, 784] batch reshaped to [B, 1, 28, 28] is a view.
+// train_fashion_mnist.cpp includes it and selects `fashion_cnn_model` for `--model cnn` (same
+// members as its models::mlp: network, input_shape, name); the loader's [B, 784] batch reshaped to
+// [B, 1, 28, 28] is a view.
 // Depends on: fusebox/fusebox.hpp, fusebox/nn/nn.hpp.
 #pragma once
 
