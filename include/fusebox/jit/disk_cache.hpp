@@ -5,8 +5,11 @@
 // ~/.cache/fusebox. Missing directories are created with mode 0700. The cache is REFUSED
 // (disabled: one warning, the JIT then caches in memory only) when the directory, or the target
 // of a symlink to it, is not a directory owned by the current user or is writable by group or
-// others: anyone who can write there could plant code this process would load. Once checked,
-// the directory is used by its resolved path, so swapping a symlink later does not redirect us.
+// others: anyone who can write there could plant code this process would load. The directories
+// above it must pass posix.hpp's trust rule too (owned by root or the current user, not writable
+// by group or others unless sticky): whoever can rename the cache directory can swap in their
+// own. Once checked, the directory is used by its resolved path, so swapping a symlink later
+// does not redirect us.
 //
 // Layout (v1 names the format; a later format uses v2/ and never misreads v1 entries):
 //
@@ -35,9 +38,8 @@
 // hour are removed at the same time.
 //
 // Not covered: a path returned by lookup() can be evicted by another process before the caller
-// dlopens it (dlopen then fails: treat that as a miss); the ancestors of the cache directory are
-// not checked (a cache under a directory that others can rename entries of is not private);
-// eviction scans the whole cache on each store (O(entries), fine for thousands).
+// dlopens it (dlopen then fails: treat that as a miss); eviction scans the whole cache on each
+// store (O(entries), fine for thousands).
 //
 // Thread-safe: the object is immutable after construction and every operation is atomic on
 // disk. Store failures (disk full, read-only) never throw: they warn once and return nullopt,
@@ -303,6 +305,8 @@ class disk_cache {
     const std::filesystem::path root = std::filesystem::canonical(dir, ec);
     if (ec) return "cannot resolve '" + dir.string() + "': " + ec.message();
     if (auto why = not_private(root)) return why;  // the target, by its resolved name
+    if (auto why = detail::untrusted_directory(root.parent_path(), /*sticky_leaf=*/true))
+      return "a directory above it is not safe: " + *why;
     for (const char* sub : {"v1", "v1/artifacts", "v1/blobs", "v1/tmp"}) {
       const auto path = root / sub;
       if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST)

@@ -23,6 +23,13 @@
 // identity() is what a cache key needs to know about this compiler: its resolved path, the
 // first line of `--version`, and the full flag list (computed once per object).
 //
+// Trust (posix.hpp's rule): every directory the flags put on the include path (-I, -isystem,
+// -iquote, -idirafter), every file they -include, the tree under each, and the temporary root the
+// compiler runs in must be unchangeable by users other than root and the current one: a header
+// someone else can edit is code they run in this process. untrusted_inputs() says why not
+// (checked once per object); compile() then refuses (ok = false, the reason in the log) without
+// starting the compiler. The compiler's own system directories are the compiler's business.
+//
 // Depends on: the C++20 standard library, POSIX (posix_spawnp, waitpid, mkdtemp), and
 // fusebox/jit/{posix,counters,logs}.hpp, fusebox/profile.hpp.
 #pragma once
@@ -306,14 +313,25 @@ class host_compiler {
     return identity_;
   }
 
+  /// Why this compiler must not run (an include directory, an included file or the temporary
+  /// root that another user can change), or nullopt. Checked once; see "Trust" above.
+  const std::optional<std::string>& untrusted_inputs() const {
+    std::call_once(trust_once_, [this] { untrusted_ = check_inputs(); });
+    return untrusted_;
+  }
+
   /// Compiles `source` into a shared object. `name` (sanitised) names the files, for logs.
   compile_result compile(std::string_view source, std::string_view name = "kernel") const {
     check_compile_allowed("'" + std::string(name) + "' (" + std::to_string(source.size()) +
                           " bytes of C++)");
+    compile_result result;
+    if (const auto& why = untrusted_inputs()) {
+      result.log = "fusebox: refused to run the compiler: " + *why + "\n";
+      return result;
+    }
     profile::scoped_span span("host compile", "compile", name);
     const auto start = std::chrono::steady_clock::now();
 
-    compile_result result;
     result.directory = std::make_shared<temp_directory>(detail::temp_root(), "fusebox-jit-");
     const auto& dir = result.directory->path();
     const std::string stem = detail::file_stem(name);
@@ -362,6 +380,42 @@ class host_compiler {
   }
 
  private:
+  std::optional<std::string> check_inputs() const {
+    const std::filesystem::path temp = detail::temp_root();
+    if (auto why = detail::untrusted_directory(temp, /*sticky_leaf=*/true))
+      return "the temporary directory '" + temp.string() + "' (TMPDIR) is not safe: " + *why +
+             ". Fix: set TMPDIR to a directory only you (or root) can write, or unset it for /tmp";
+    const auto refuse = [](const std::string& flag, const std::string& why) {
+      return "the include path '" + flag + "' is not safe: " + why +
+             ". Anyone who can change what it holds could put code into every kernel this process "
+             "loads. Fix: make it (and each directory above it) owned by root or you and not "
+             "writable by group or others, or point FUSEBOX_INCLUDE_DIR / FUSEBOX_JIT_INCLUDE / "
+             "FUSEBOX_CXXFLAGS at a copy that is";
+    };
+    for (std::size_t i = 0; i < flags_.size(); ++i) {
+      const std::string& f = flags_[i];
+      for (const std::string_view option : {"-I", "-isystem", "-iquote", "-idirafter", "-include"}) {
+        if (f.rfind(option, 0) != 0) continue;
+        std::string path = f.substr(option.size());
+        if (path.empty() && i + 1 < flags_.size()) path = flags_[i + 1];
+        if (path.empty()) break;
+        if (option == "-include") {
+          std::error_code ec;
+          const std::filesystem::path file = std::filesystem::canonical(path, ec);
+          if (ec) break;  // the compiler will say it is missing
+          struct stat st {};
+          std::optional<std::string> why = detail::untrusted_directory(file.parent_path());
+          if (!why && ::stat(file.c_str(), &st) == 0) why = detail::foreign_writable(file, st, false);
+          if (why) return refuse(f, *why);
+        } else if (std::error_code ec; std::filesystem::exists(path, ec)) {  // a missing one holds nothing
+          if (auto why = detail::untrusted_tree(path)) return refuse(f, *why);
+        }
+        break;
+      }
+    }
+    return std::nullopt;
+  }
+
   std::string compute_identity() const {
     const auto resolved = detail::find_program(compiler_);
     std::string version = "unknown";
@@ -391,6 +445,8 @@ class host_compiler {
   std::vector<std::string> flags_;
   mutable std::once_flag identity_once_;
   mutable std::string identity_;
+  mutable std::once_flag trust_once_;
+  mutable std::optional<std::string> untrusted_;
 };
 
 }  // namespace fusebox::jit

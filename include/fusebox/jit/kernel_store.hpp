@@ -6,26 +6,45 @@
 // The key covers everything baked into the object: the source (op structure, extents, element
 // type, contiguity), the code generator's version, the compiler's identity and full flags, the
 // CPU the code is built for (-march=native), and the fusebox version.
+//
+// Trust (DESIGN.md, "The cache is a trust boundary"): nothing compiled, included or loaded comes
+// from a path another user can change. The host compiler refuses include directories and a
+// temporary root that fail posix.hpp's rule (get_all then throws compile_failure with the reason:
+// the call runs eagerly). The precompiled prelude is a disk-cache entry like a kernel (published
+// atomically, its SHA-256 recorded and checked before use); the compiler reaches it through a
+// fresh private directory (mkdtemp, 0700, owner checked, never reused by name) that holds
+// fusebox/jit/prelude.hpp.gch, a symlink into the cache, or the file itself when there is no
+// trusted cache. A damaged prelude (a bad entry at start-up, or a kernel compile failing because
+// the file changed under us) is rebuilt once per process with one warning; a damaged kernel
+// entry is removed and recompiled, with one warning.
 // Depends on: jit/{host_compiler,disk_cache,memory_cache,cache_key,shared_library,counters,logs,
-// codegen_cpu,program}.hpp, version.hpp.
+// codegen_cpu,program,posix,hash}.hpp, version.hpp, POSIX (mkdir, read).
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <optional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "fusebox/jit/cache_key.hpp"
 #include "fusebox/jit/codegen_cpu.hpp"
 #include "fusebox/jit/counters.hpp"
 #include "fusebox/jit/disk_cache.hpp"
+#include "fusebox/jit/hash.hpp"
 #include "fusebox/jit/host_compiler.hpp"
 #include "fusebox/jit/logs.hpp"
 #include "fusebox/jit/memory_cache.hpp"
+#include "fusebox/jit/posix.hpp"
 #include "fusebox/jit/program.hpp"
 #include "fusebox/jit/shared_library.hpp"
 #include "fusebox/profile.hpp"
@@ -90,10 +109,21 @@ class kernel_store {
       }
       counters().misses.fetch_add(1, std::memory_order_relaxed);
       if (disk_.enabled()) {
-        if (const disk_lookup found = disk_.find(keys[i]); found.path) {
-          profile::instant("kernel disk hit", "cache", rs[i].summary);
-          out[i] = binary(remember(keys[i], load(*found.path, symbol_of(keys[i]))), rs[i]);
-          continue;
+        const disk_lookup found = disk_.find(keys[i]);
+        if (found.path) {
+          try {
+            out[i] = binary(remember(keys[i], load(*found.path, symbol_of(keys[i]))), rs[i]);
+            profile::instant("kernel disk hit", "cache", rs[i].summary);
+            continue;
+          } catch (const load_error& e) {  // evicted by another process since the check: a miss
+            log(log_category::cache, std::string("disk hit not loadable, compiling: ") + e.what());
+          }
+        } else if (found.status == disk_status::corrupt || found.status == disk_status::wrong_key) {
+          warn_once(damaged_entry_warned_,
+                    "fusebox: a damaged kernel in the disk cache was removed and is being recompiled (" +
+                        disk_.entry_directory(keys[i]).string() + ": " + found.reason +
+                        "). Later damaged entries are logged under FUSEBOX_LOGS=cache; if this recurs, "
+                        "check the disk or who else writes to " + disk_.directory().string());
         }
       }
       missing.push_back(i);
@@ -120,7 +150,12 @@ class kernel_store {
       unit += src + "\n";
       log(log_category::output_code, "kernel " + sym + ":\n" + rs[i].source);
     }
-    compile_result built = compiler_for_kernels().compile(unit, "fusebox_kernels");
+    std::shared_ptr<const host_compiler> compiler = compiler_for_kernels();
+    if (pch_changed(compiler) && repair_pch(compiler)) compiler = compiler_for_kernels();
+    if (const auto& why = compiler->untrusted_inputs())
+      throw compile_failure("fusebox: the JIT will not compile: " + *why, {}, {});
+    compile_result built = compiler->compile(unit, "fusebox_kernels");
+    if (!built.ok && repair_pch(compiler)) built = compiler_for_kernels()->compile(unit, "fusebox_kernels");
     if (!built.ok) throw compile_failure("fusebox: generated kernels failed to compile", unit, built.log);
     counters().kernels_compiled.fetch_add(distinct.size(), std::memory_order_relaxed);
     std::string what;
@@ -151,8 +186,25 @@ class kernel_store {
   void use_compiler(host_compiler_options o) {
     std::call_once(pch_once_, [] {});
     std::lock_guard lock(compiler_mutex_);
-    compiler_ = std::make_unique<host_compiler>(std::move(o));
+    compiler_ = std::make_shared<host_compiler>(std::move(o));
     pch_compiler_.reset();
+    pch_.reset();
+  }
+
+  /// The disk-cache key of the precompiled prelude built by `c`: the compiler (path, version,
+  /// flags) and the headers the prelude pulls in, so an edited header never meets a stale PCH.
+  static cache_key prelude_key(const host_compiler& c) {
+    cache_key k;
+    k.add("compiler", c.identity()).add("headers", prelude_digest(detail::fusebox_include_dir()));
+    return k;
+  }
+
+  /// The .gch the kernel compiler uses now (in the disk cache, or in this process's private
+  /// directory); empty when kernels compile without one. For tests and reports.
+  std::filesystem::path prelude_file() {
+    compiler_for_kernels();
+    std::lock_guard lock(compiler_mutex_);
+    return pch_ ? pch_->file : std::filesystem::path();
   }
 
  private:
@@ -189,28 +241,104 @@ class kernel_store {
     return b;
   }
 
+  /// A precompiled prelude in use.
+  struct prelude_pch {
+    std::shared_ptr<temp_directory> dir;  // private; first on the kernel compiler's include path
+    std::filesystem::path file;           // the .gch: a disk-cache entry's payload, or in `dir`
+    std::string sha256;                   // of `file` when built here (a cache entry records its own)
+    bool in_cache = false;
+    struct stat seen {};                  // `file` when last verified: a change means verify again
+  };
+
+  static bool same_file(const struct stat& a, const struct stat& b) {
+    return a.st_dev == b.st_dev && a.st_ino == b.st_ino && a.st_size == b.st_size &&
+           a.st_mtim.tv_sec == b.st_mtim.tv_sec && a.st_mtim.tv_nsec == b.st_mtim.tv_nsec;
+  }
+
+  /// True when the prelude `used` compiles with has changed on disk since it was verified (a
+  /// stat, before each compile: a truncated or rewritten .gch is caught before the compiler
+  /// trips over it). An unchanged content hash just records the new stat.
+  bool pch_changed(const std::shared_ptr<const host_compiler>& used) {
+    std::lock_guard lock(compiler_mutex_);
+    if (!pch_ || used != pch_compiler_) return false;
+    struct stat now {};
+    return ::stat(pch_->file.c_str(), &now) != 0 || !same_file(now, pch_->seen);
+  }
+
   /// The compiler with the precompiled prelude in front of the include path (built on first use;
   /// FUSEBOX_JIT_PCH=0 turns it off). The prelude is most of a kernel's compile time; with it a
   /// program's kernels compile in a fraction of a second. The key does not change: the code is the
   /// same, only the compiler's work is.
-  const host_compiler& compiler_for_kernels() {
+  std::shared_ptr<const host_compiler> compiler_for_kernels() {
     std::call_once(pch_once_, [this] {
       const char* env = std::getenv("FUSEBOX_JIT_PCH");
       if (env && std::string(env) == "0") return;
-      try {
-        if (auto dir = build_pch()) {
-          host_compiler_options o;
-          o.flags = host_compiler::default_flags();
-          o.flags.insert(o.flags.begin(), "-I" + dir->string());
-          o.flags.push_back("-Winvalid-pch");
-          pch_compiler_ = std::make_unique<host_compiler>(o);
-        }
-      } catch (const std::exception& e) {
-        warn(std::string("fusebox: precompiled prelude unavailable (") + e.what() + "); compiling without it");
-      }
+      if (compiler_->untrusted_inputs()) return;  // get_all refuses, with the reason
+      use_pch(prepare_pch());
     });
     std::lock_guard lock(compiler_mutex_);
-    return pch_compiler_ ? *pch_compiler_ : *compiler_;
+    return pch_compiler_ ? pch_compiler_ : compiler_;
+  }
+
+  void use_pch(std::optional<prelude_pch> p) {
+    std::shared_ptr<host_compiler> c;
+    if (p) {
+      host_compiler_options o;
+      o.flags = host_compiler::default_flags();
+      o.flags.insert(o.flags.begin(), "-I" + p->dir->path().string());
+      o.flags.push_back("-Winvalid-pch");
+      c = std::make_shared<host_compiler>(o);
+    }
+    std::lock_guard lock(compiler_mutex_);
+    pch_ = std::move(p);
+    pch_compiler_ = std::move(c);
+  }
+
+  /// Why the prelude in use no longer matches what was published or built, or nullopt.
+  std::optional<std::string> pch_damage(const prelude_pch& p) {
+    if (p.in_cache) {
+      const disk_lookup found = disk_.find(prelude_key(*compiler_));  // removes a bad entry
+      if (found.path && *found.path == p.file) return std::nullopt;
+      return found.reason.empty() ? std::string("not in the disk cache any more") : found.reason;
+    }
+    try {
+      if (sha256_of_file(p.file) == p.sha256) return std::nullopt;
+      return std::string("content hash mismatch");
+    } catch (const io_error& e) {
+      return std::string(e.what());
+    }
+  }
+
+  /// When the prelude `used` has changed on disk, or a kernel compile with it failed: if it is
+  /// damaged, rebuilds it (once per process, one warning; a second time, drops it) and returns
+  /// true so the caller takes the compiler again. False when it is intact (an honest compile
+  /// error).
+  bool repair_pch(const std::shared_ptr<const host_compiler>& used) {
+    std::lock_guard repair(repair_mutex_);
+    std::optional<prelude_pch> current;
+    {
+      std::lock_guard lock(compiler_mutex_);
+      if (used == compiler_) return false;      // no prelude was in use: an honest failure
+      if (used != pch_compiler_) return true;   // another thread replaced it meanwhile: retry
+      current = pch_;
+    }
+    auto why = pch_damage(*current);
+    if (!why) {
+      std::lock_guard lock(compiler_mutex_);
+      if (pch_ && pch_->file == current->file) ::stat(current->file.c_str(), &pch_->seen);
+      return false;
+    }
+    const bool first = !pch_rebuilt_.exchange(true);
+    warn_once(pch_warned_, "fusebox: the precompiled kernel prelude '" + current->file.string() + "' is damaged (" +
+                               *why + "); " + (first ? "rebuilding it" : "compiling without it from now on") +
+                               ". If this recurs, check the disk or who else writes there");
+    if (!first) {
+      use_pch(std::nullopt);
+      return true;
+    }
+    use_pch(std::nullopt);  // before building: this process never uses the damaged file again
+    use_pch(prepare_pch());
+    return true;
   }
 
   /// Hash of the headers the prelude pulls in, so an edited header never meets a stale PCH.
@@ -231,40 +359,101 @@ class kernel_store {
     return hex(h.finish()).substr(0, 24);
   }
 
-  /// Builds `<root>/fusebox/jit/prelude.hpp.gch` with the kernels' own flags; returns <root>.
-  std::optional<std::filesystem::path> build_pch() {
-    const std::filesystem::path include = detail::fusebox_include_dir();
-    if (include.empty()) return std::nullopt;
-    cache_key k;
-    k.add("compiler", compiler_->identity()).add("headers", prelude_digest(include));
-    const std::filesystem::path parent = disk_.enabled() ? disk_.directory() : detail::temp_root();
-    const std::filesystem::path root = parent / ("pch-" + k.digest().substr(0, 24));
-    const std::filesystem::path gch = root / "fusebox" / "jit" / "prelude.hpp.gch";
-    std::error_code ec;
-    if (std::filesystem::is_regular_file(gch, ec)) return root;
-    temp_directory staging(parent, "pch-staging-");
-    std::filesystem::create_directories(staging.path() / "fusebox" / "jit");
-    std::vector<std::string> argv{compiler_->compiler()};
-    for (const auto& f : compiler_->flags())
-      if (f != "-shared") argv.push_back(f);
-    argv.insert(argv.end(), {"-x", "c++-header", (include / "fusebox" / "jit" / "prelude.hpp").string(), "-o",
-                             (staging.path() / "fusebox" / "jit" / "prelude.hpp.gch").string()});
-    const auto start = std::chrono::steady_clock::now();
-    const auto run = detail::run_process(argv, staging.path() / "log.txt", staging.path(), 600);
-    if (!run.exited || run.status != 0) return std::nullopt;
-    std::filesystem::remove(staging.path() / "log.txt", ec);
-    std::filesystem::rename(staging.path(), root, ec);  // another process may have won: fine
-    if (!std::filesystem::is_regular_file(gch, ec)) return std::nullopt;
-    log(log_category::kernels, "precompiled the kernel prelude in " +
-                                   std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()) +
-                                   " s: " + gch.string());
-    return root;
+  static std::string sha256_of_file(const std::filesystem::path& path) {
+    detail::unique_fd fd = detail::open_fd(path, O_RDONLY);
+    if (!fd) detail::throw_io("cannot open", path);
+    sha256 h;
+    std::vector<char> buffer(1 << 20);
+    for (;;) {
+      const ssize_t n = ::read(fd.get(), buffer.data(), buffer.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) detail::throw_io("cannot read", path);
+      if (n == 0) return hex(h.finish());
+      h.update(buffer.data(), static_cast<std::size_t>(n));
+    }
   }
 
-  std::unique_ptr<host_compiler> compiler_ = std::make_unique<host_compiler>();
+  /// The prelude from the disk cache (checked like any entry), else built with the kernels' own
+  /// flags into a fresh private directory and published to the cache. Nullopt (kernels compile
+  /// without it) when it cannot be had; never throws.
+  std::optional<prelude_pch> prepare_pch() {
+    try {
+      const std::filesystem::path include = detail::fusebox_include_dir();
+      if (include.empty()) return std::nullopt;
+      const cache_key key = prelude_key(*compiler_);
+      prelude_pch p;
+      p.dir = std::make_shared<temp_directory>(detail::temp_root(), "fusebox-pch-");
+      const auto jit_dir = p.dir->path() / "fusebox" / "jit";
+      for (const auto& d : {p.dir->path() / "fusebox", jit_dir})
+        if (::mkdir(d.c_str(), 0700) != 0) detail::throw_io("cannot create directory", d);
+      const auto gch = jit_dir / "prelude.hpp.gch";
+      if (disk_.enabled()) {
+        const disk_lookup found = disk_.find(key);
+        if (found.path) {
+          std::filesystem::create_symlink(*found.path, gch);
+          p.file = *found.path;
+          p.in_cache = true;
+          ::stat(p.file.c_str(), &p.seen);  // just after the check (a change in between: verified again)
+          return p;
+        }
+        if (found.status == disk_status::corrupt || found.status == disk_status::wrong_key)
+          warn_once(pch_warned_, "fusebox: the precompiled kernel prelude in the disk cache was damaged (" +
+                                     disk_.entry_directory(key).string() + ": " + found.reason +
+                                     "); rebuilding it. If this recurs, check the disk or who else writes to " +
+                                     disk_.directory().string());
+      }
+      std::vector<std::string> argv{compiler_->compiler()};
+      for (const auto& f : compiler_->flags())
+        if (f != "-shared") argv.push_back(f);
+      argv.insert(argv.end(), {"-x", "c++-header", (include / "fusebox" / "jit" / "prelude.hpp").string(), "-o",
+                               gch.string()});
+      const auto start = std::chrono::steady_clock::now();
+      const auto log_file = p.dir->path() / "log.txt";
+      const auto run = detail::run_process(argv, log_file, p.dir->path(), 600);
+      std::error_code ec;
+      if (!run.exited || run.status != 0 || !std::filesystem::is_regular_file(gch, ec)) {
+        std::string text;
+        try {
+          text = detail::read_file(log_file, 1 << 16);
+        } catch (const io_error&) {
+        }
+        log(log_category::kernels, "precompiling the kernel prelude failed (" + run.error + "):\n" + text);
+        return std::nullopt;
+      }
+      std::filesystem::remove(log_file, ec);
+      p.file = gch;
+      p.sha256 = sha256_of_file(gch);
+      if (disk_.enabled())
+        if (const auto stored = disk_.store(key, gch)) {
+          // Use the published copy (one file on disk, not one per process).
+          std::filesystem::remove(gch);
+          std::filesystem::create_symlink(*stored, gch);
+          p.file = *stored;
+          p.in_cache = true;
+        }
+      ::stat(p.file.c_str(), &p.seen);
+      log(log_category::kernels,
+          "precompiled the kernel prelude in " +
+              std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()) +
+              " s: " + p.file.string());
+      return p;
+    } catch (const std::exception& e) {
+      warn(std::string("fusebox: precompiled prelude unavailable (") + e.what() + "); compiling without it");
+      return std::nullopt;
+    }
+  }
+
+  static void warn_once(std::atomic<bool>& said, const std::string& message) {
+    if (!said.exchange(true)) warn(message);
+  }
+
+  std::shared_ptr<const host_compiler> compiler_ = std::make_shared<host_compiler>();
   std::once_flag pch_once_;
-  std::unique_ptr<host_compiler> pch_compiler_;
-  std::mutex compiler_mutex_;
+  std::shared_ptr<const host_compiler> pch_compiler_;  // compiler_'s flags with pch_ first
+  std::optional<prelude_pch> pch_;
+  std::mutex compiler_mutex_;  // compiler_, pch_compiler_, pch_
+  std::mutex repair_mutex_;    // one repair at a time
+  std::atomic<bool> pch_rebuilt_{false}, pch_warned_{false}, damaged_entry_warned_{false};
   disk_cache disk_;
   memory_cache<loaded_ptr> memory_;
 };
