@@ -313,3 +313,59 @@ TEST_CASE("matmul results do not depend on the thread count" FBT_TYPE, "[ops][ma
   check_product(c1, x, w, [&](double v, const coord& o) { return gelu_ref(v + fbt::at(b, o, 2)); }, gelu_rel + eps,
                 "compiled, 1 thread");
 }
+
+// Issue 20, item 7: at capture an argument's extents are bound (7) and a computed operand's are
+// `dyn`; the batch rule compared the two and refused the model, which eager and the static path
+// accept. Every such pairing, on the run-time path, against the reference.
+TEST_CASE("batched matmul on dyn extents: an argument times a computed operand, either side" FBT_TYPE,
+          "[ops][matmul][batched][dyn]") {
+  constexpr std::size_t B = 7, M = 4, K = 3, N = 5;
+  const auto x = fbt::to_dyn(input<fb::shape<B, M, K>>(41));
+  const auto y = fbt::to_dyn(input<fb::shape<B, K, N>>(42));
+  const auto x1 = fbt::to_dyn(input<fb::shape<1, M, K>>(43));
+  // 2 y and 2 x, exactly (a power of two scales without rounding).
+  auto twice = [](const auto& from) {
+    auto t = from.clone();  // a copy of a tensor shares its storage
+    for (std::size_t i = 0; i < t.size(); ++i) t.flat(i) = 2 * t.flat(i);
+    return t;
+  };
+  const auto y2 = twice(y), x2 = twice(x);
+  SECTION("matmul(x, y * 2): the computed operand on the right") {
+    auto model = [](const auto& a, const auto& b) { return fb::matmul(a, b * T(2)); };
+    const auto c = fb::compile(model)(x, y);
+    REQUIRE(c.extents() == fb::dims{3, {B, M, N}});
+    check_product(c, x, y2, plain, 0, "compiled, run-time path");
+    fbt::check_identical(c, fb::eager(model)(x, y), "eager == compiled");
+  }
+  SECTION("matmul(x * 2, y): the computed operand on the left") {
+    auto model = [](const auto& a, const auto& b) { return fb::matmul(a * T(2), b); };
+    const auto c = fb::compile(model)(x, y);
+    REQUIRE(c.extents() == fb::dims{3, {B, M, N}});
+    check_product(c, x2, y, plain, 0, "compiled, run-time path");
+  }
+  SECTION("matmul(x1, y * 2): a batch-1 argument broadcasts over a computed batch") {
+    auto model = [](const auto& a, const auto& b) { return fb::matmul(a, b * T(2)); };
+    const auto c = fb::compile(model)(x1, y);
+    REQUIRE(c.extents() == fb::dims{3, {B, M, N}});
+    check_product(c, x1, y2, plain, 0, "compiled, run-time path");
+  }
+  SECTION("matmul(x * 2, transpose(yt)): a computed operand times a view of an argument") {
+    const auto yt = fbt::to_dyn(input<fb::shape<B, N, K>>(44));
+    auto model = [](const auto& a, const auto& b) { return fb::matmul(a * T(2), fb::transpose(b)); };
+    const auto c = fb::compile(model)(x, yt);
+    REQUIRE(c.extents() == fb::dims{3, {B, M, N}});
+    check_product(c, x2, yt.transpose(), plain, 0, "compiled, run-time path");
+  }
+  SECTION("a dyn batch times a captured [7, K, N] weight: the rule in the node's type") {
+    const auto w = input<fb::shape<B, K, N>>(45);
+    auto model = [&w](const auto& a) { return fb::matmul(a * T(2), w); };
+    const auto c = fb::compile(model)(x);
+    REQUIRE(c.extents() == fb::dims{3, {B, M, N}});
+    check_product(c, x2, w, plain, 0, "compiled, run-time path");
+  }
+  SECTION("batches that clash are still refused, on the call's extents") {
+    const auto y3 = fbt::to_dyn(input<fb::shape<3, K, N>>(46));
+    auto model = [](const auto& a, const auto& b) { return fb::matmul(a, b * T(2)); };
+    CHECK_THROWS_AS(fb::compile(model)(x, y3), fb::shape_error);
+  }
+}

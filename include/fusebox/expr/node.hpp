@@ -212,7 +212,7 @@ constexpr matmul_shape_result matmul_shape(const dims& a, const dims& b) {
     return r;
   }
   const std::size_t ka = a.back(0), kb = b.back(1);
-  r.inner_ok = ka == kb || ka == dyn || kb == dyn;
+  r.inner_ok = ka == kb || !is_known_extent(ka) || !is_known_extent(kb);
   const std::size_t ba = a.rank == 3 ? a.extent[0] : 1, bb = b.rank == 3 ? b.extent[0] : 1;
   if (ba != bb && ba != 1 && bb != 1) r.rank_ok = false;
   const std::size_t batch = ba == 1 ? bb : ba;

@@ -65,8 +65,10 @@ auto conv2d(const X& x, const W& w, const B& b, std::source_location loc = std::
                 "fusebox: conv2d(x, w, b): the bias is [out channels], with a static extent");
   static_assert(sw.rank != 4 || !is_known_extent(sw.extent[0]) || sw.extent[0] == sb.extent[0],
                 "fusebox: conv2d(x, w, b): the bias needs one value per out channel (w's dimension 0)");
+  // A computed weight's out channels stay unknown here (only an argument's are bound): checked on
+  // the call's extents by the run-time path then.
   if constexpr (sw.rank == 4 && !is_known_extent(sw.extent[0]))
-    if (detail::runtime_shape(detail::as_expr<T>(w)).extent[0] != sb.extent[0])
+    if (const std::size_t o = detail::runtime_shape(detail::as_expr<T>(w)).extent[0]; is_known_extent(o) && o != sb.extent[0])
       throw shape_error("conv2d: w is " + to_string(detail::runtime_shape(detail::as_expr<T>(w))) + ", b is " +
                             to_string(sb) + "; the bias needs one value per out channel",
                         loc);

@@ -21,9 +21,10 @@ auto matmul(const A& a, const B& b, std::source_location loc = std::source_locat
   if constexpr (!EA::desc.shape.is_static() || !EB::desc.shape.is_static()) {
     const dims sa = detail::runtime_shape(e.a), sb = detail::runtime_shape(e.b);
     const auto r = detail::matmul_shape(sa, sb);
-    // A view of a `dyn` input (a transpose) has an unknown extent here; the run-time path checks
-    // it against the call's extents (jit/program.hpp, mm_sizes).
-    if (!r.rank_ok || (sa.back(0) != dyn && sb.back(1) != dyn && sa.back(0) != sb.back(1)))
+    // An argument's extents are bound here, a computed operand's or a view's may be `dyn`: the
+    // rule lets an unknown extent meet any, and the run-time path checks it against the call's
+    // extents (jit/specialize.hpp, jit/program.hpp's mm_sizes).
+    if (!r.rank_ok || !r.inner_ok)
       throw shape_error("matmul: a is " + to_string(sa) + ", b is " + to_string(sb) +
                             "; need [.., M, K] x [.., K, N] with matching K and batch extents equal or 1",
                         loc);
