@@ -212,10 +212,14 @@ constexpr matmul_shape_result matmul_shape(const dims& a, const dims& b) {
     return r;
   }
   const std::size_t ka = a.back(0), kb = b.back(1);
+  // An extent that is not a number (dyn at capture, a symbol when specialising) meets anything, as
+  // in broadcast(): capture may compare a bound argument's extent (7) with a computed operand's
+  // dyn one, and the run-time path checks them again on the call's extents (jit/specialize.hpp).
   r.inner_ok = ka == kb || !is_known_extent(ka) || !is_known_extent(kb);
   const std::size_t ba = a.rank == 3 ? a.extent[0] : 1, bb = b.rank == 3 ? b.extent[0] : 1;
-  if (ba != bb && ba != 1 && bb != 1) r.rank_ok = false;
-  const std::size_t batch = ba == 1 ? bb : ba;
+  if (ba != bb && ba != 1 && bb != 1 && is_known_extent(ba) && is_known_extent(bb)) r.rank_ok = false;
+  // The batch is the side's that is not 1; of a number and an unknown, the number.
+  const std::size_t batch = ba == 1 ? bb : bb == 1 ? ba : is_known_extent(ba) ? ba : bb;
   const bool batched = a.rank == 3 || b.rank == 3;
   r.out.rank = batched ? 3 : 2;
   std::size_t d = 0;
