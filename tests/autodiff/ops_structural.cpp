@@ -1,7 +1,7 @@
 // tests/autodiff/ops_structural.cpp: the derivatives of the ops that change shapes: reductions
 // (ops/reduce.hpp: sum, mean, max, min over each axis, with and without keepdim), matmul
 // (ops/matmul.hpp: plain, batched, a shared rank-2 operand, a broadcast batch, transposed
-// operands), views (ops/layout.hpp: transpose, reshape) and the compositions of
+// operands), views (ops/layout.hpp: transpose, reshape, flatten) and the compositions of
 // ops/composite.hpp (softmax, log_softmax, layer_norm: their gradients come from their parts'
 // rules). Each through value_and_grad eager and compiled, against central finite differences in
 // double, every element (tests/autodiff/check_grad.hpp). Losses weigh the result with a random
@@ -93,6 +93,20 @@ TEST_CASE("autodiff: view derivatives match central differences (transpose, resh
   check_grad("a sum of a transposed value (the gradient is a view)",
              [](const auto& u, const auto& w) { return total(fb::sum(fb::transpose(u), fb::axis<-1>) * w); }, fb::wrt<0>, x,
              signed_tensor<fb::shape<4>>(307));
+}
+
+TEST_CASE("autodiff: flatten's derivative matches central differences") {
+  const auto x = signed_tensor<fb::shape<2, 3, 4>>(351);
+  const auto r12 = signed_tensor<fb::shape<2, 12>>(352);
+  const auto r6 = signed_tensor<fb::shape<6, 4>>(353);
+  check_grad("flatten [2,3,4] -> [2,12]", [](const auto& u, const auto& w) { return total(fb::flatten(u) * w); },
+             fb::wrt<0>, x, r12);
+  check_grad("flatten<0, 1> of a computed value",
+             [](const auto& u, const auto& w) { return total(fb::exp(fb::flatten<0, 1>(fb::tanh(u))) * w); }, fb::wrt<0>,
+             x, r6);
+  check_grad("flatten of a transposed value",
+             [](const auto& u, const auto& w) { return total(fb::flatten(fb::exp(fb::transpose<1, 2>(u))) * w); },
+             fb::wrt<0>, x, r12);
 }
 
 TEST_CASE("autodiff: compositions get their derivatives from their parts (softmax, log_softmax, layer_norm)") {

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fusebox/core/errors.hpp"
@@ -120,7 +121,23 @@ std::array<ir::node, N> specialise(const std::array<ir::node, N>& generic, const
           if (end > s.extent[a]) ops::throw_slice_out_of_range(s, a, n.desc.view_start, end);
           s.extent[a] = n.desc.shape.extent[a];
           n.desc.shape = s;
-        }
+        } else if (std::string_view(n.desc.name) == ops::flatten_view<0, 0>::name) {
+          // flatten: dimensions view_start.. merged; the node's rank says how many.
+          const std::size_t start = n.desc.view_start, end = start + in(0).rank - n.desc.shape.rank;
+          const dims s = ops::flattened(in(0), start, end);
+          if (!is_known_extent(s.extent[start]))
+            throw shape_error("flatten<" + std::to_string(start) + ", " + std::to_string(end) + ">: " + to_string(in(0)) +
+                                  ": on the run-time path the merged dimensions may not vary (their product would "
+                                  "be an extent the guard knows nothing of); keep them static, or flatten only "
+                                  "dimensions after the varying one",
+                              std::source_location{});
+          n.desc.shape = s;
+        } else if (std::string_view(n.desc.name) == ops::unflatten_view<0, shape<1>>::name) {
+          dims s{};
+          if (!ops::unflattened(generic[i].desc.shape, in(0), n.desc.view_start, s))
+            ops::throw_flatten("unflatten", in(0), n.desc.view_start, generic[i].desc.shape);
+          n.desc.shape = s;
+        }  // reshape: a static shape
         break;
       default:
         break;  // tensor leaves, scalars and opaque results have static shapes
@@ -145,6 +162,8 @@ std::string describe_graph(const std::array<ir::node, N>& nodes) {
     }
     if (n.desc.kind == node_kind::view && n.desc.view_a >= 0)
       s += "@" + std::to_string(n.desc.view_a) + "," + std::to_string(n.desc.view_b);
+    if (n.desc.kind == node_kind::view && n.desc.axis < 0 && n.desc.view_a < 0)  // flatten's start
+      s += "@f" + std::to_string(n.desc.view_start);
     if (n.desc.kind == node_kind::view && n.desc.axis >= 0)
       s += "@" + std::to_string(n.desc.axis) + "+" + std::to_string(n.desc.view_start);
     s += ";";

@@ -1,4 +1,4 @@
-// ops/layout.hpp: views: transpose, reshape and slice. On a tensor they return a tensor view at
+// ops/layout.hpp: views: transpose, reshape, flatten and slice. On a tensor they return a tensor view at
 // once; in a captured model they are view nodes, which move no data (the planner makes sure their
 // input is in memory, and the consumers read it through the new strides). A packed projection is
 // the use that matters: `slice<1, 0, 768>(qkv)` then `reshape<[B, T, H, E]>` is the query heads of
@@ -9,6 +9,8 @@
 #pragma once
 
 #include <source_location>
+#include <string>
+#include <utility>
 
 #include "fusebox/autodiff/rule.hpp"
 #include "fusebox/expr/grad_nodes.hpp"
@@ -88,6 +90,97 @@ struct slice_view {
   }
 };
 
+/// The extents of d with dimensions [start, end] merged into one (torch.flatten's rule); the merged
+/// extent is dyn when one of them is not a number.
+constexpr dims flattened(const dims& d, std::size_t start, std::size_t end) {
+  if (start == end) return d;  // nothing merged: a symbol stays itself
+  dims out{};
+  out.rank = d.rank - (end - start);
+  std::size_t merged = 1;
+  bool known = true;
+  for (std::size_t i = 0; i < d.rank; ++i) {
+    if (i < start) out.extent[i] = d.extent[i];
+    else if (i > end) out.extent[i - (end - start)] = d.extent[i];
+    else if (is_known_extent(d.extent[i])) merged *= d.extent[i];
+    else known = false;
+  }
+  out.extent[start] = known ? merged : dyn;
+  return out;
+}
+
+/// The inverse, for flatten's gradient: g's dimension `start` split back into the operand's
+/// extents `to` (its static shape: a dyn one outside the split range comes from g, one inside is
+/// inferred from the merged extent). False when the split is not determined (two unknowns inside
+/// it, or a merged extent that is not a number) or does not fit.
+constexpr bool unflattened(const dims& to, const dims& g, std::size_t start, dims& out) {
+  if (g.rank == 0 || to.rank + 1 < g.rank || start >= g.rank) return false;
+  const std::size_t n = to.rank + 1 - g.rank;  // dimensions the merged one holds
+  out = to;
+  for (std::size_t i = 0; i < start; ++i) out.extent[i] = g.extent[i];
+  for (std::size_t i = start + n; i < to.rank; ++i) out.extent[i] = g.extent[i + 1 - n];
+  std::size_t known = 1, unknown_at = max_rank;
+  for (std::size_t i = start; i < start + n; ++i) {
+    if (is_known_extent(to.extent[i])) known *= to.extent[i];
+    else if (unknown_at != max_rank) return false;
+    else unknown_at = i;
+  }
+  const std::size_t merged = g.extent[start];
+  if (!is_known_extent(merged)) return unknown_at == max_rank;
+  if (unknown_at == max_rank) return known == merged;
+  if (known == 0 || merged % known != 0) return false;
+  out.extent[unknown_at] = merged / known;
+  return true;
+}
+
+[[noreturn]] inline void throw_flatten(const char* what, const dims& from, std::size_t start, const dims& to) {
+  throw shape_error(std::string(what) + "<" + std::to_string(start) + ">: " + to_string(from) + " cannot be split into " +
+                        to_string(to) + " (on the run-time path, give the dimensions flatten merges static extents, "
+                        "but for one)",
+                    std::source_location{});
+}
+
+/// Dimensions Start..End merged into one (torch.flatten). A view: merging needs the merged
+/// dimensions to be one strided run, which the planner's buffers always are (a view of a view
+/// that is not is refused by name, as reshape's). `slice_start` carries Start for the run-time
+/// path (jit/specialize.hpp), which recomputes the merged extent from the call's.
+template <std::size_t Start, std::size_t End>
+struct flatten_view {
+  static constexpr const char* name = "flatten";
+  static constexpr int swapped_a = -1, swapped_b = -1;
+  static constexpr int sliced_axis = -1;
+  static constexpr std::size_t slice_start = Start;
+  static constexpr dims shape(dims d) { return flattened(d, Start, End); }
+  template <class T>
+  static strided<T> apply(strided<T> s) {
+    const dims d = flattened(s.shape, Start, End);
+    strides_t st{};
+    if (!view_strides(s.shape, s.stride, d, st)) throw_not_a_view(s.shape, d);
+    return strided<T>{s.data, d, st};
+  }
+};
+
+/// flatten's inverse (its gradient): dimension Start split back into the extents of S, the
+/// flattened operand's shape. Splitting a dimension is a view whatever its stride.
+template <std::size_t Start, class S>
+struct unflatten_view {
+  static constexpr const char* name = "unflatten";
+  static constexpr int swapped_a = -1, swapped_b = -1;
+  static constexpr int sliced_axis = -1;
+  static constexpr std::size_t slice_start = Start;
+  static constexpr dims shape(dims g) {
+    dims out{};
+    return unflattened(dims_of(S{}), g, Start, out) ? out : dims_of(S{});
+  }
+  template <class T>
+  static strided<T> apply(strided<T> s) {
+    dims d{};
+    if (!unflattened(dims_of(S{}), s.shape, Start, d)) throw_flatten("unflatten", s.shape, Start, dims_of(S{}));
+    strides_t st{};
+    if (!view_strides(s.shape, s.stride, d, st)) throw_not_a_view(s.shape, d);
+    return strided<T>{s.data, d, st};
+  }
+};
+
 }  // namespace ops
 
 /// Swaps the last two dimensions (or A and B).
@@ -131,6 +224,45 @@ auto slice(const X& x) {
   }
 }
 
+namespace detail {
+template <class S, std::size_t Start, std::size_t End, class Seq = std::make_index_sequence<S::rank - (End - Start)>>
+struct flattened_shape;
+template <class S, std::size_t Start, std::size_t End, std::size_t... I>
+struct flattened_shape<S, Start, End, std::index_sequence<I...>> {
+  static constexpr dims d = ops::flattened(dims_of(S{}), Start, End);
+  using type = shape<d.extent[I]...>;
+};
+}  // namespace detail
+
+/// Dimensions Start..End (negative: from the end) merged into one, as torch.flatten(x, Start, End);
+/// the default keeps dimension 0, as nn.Flatten does ([N, C, H, W] -> [N, C*H*W]; torch.flatten's
+/// own default start is 0: flatten<0>(x)). A view wherever the strides allow it (always in a
+/// model); a tensor whose merged dimensions are not one strided run is copied, as in torch. A dyn
+/// extent among the merged ones makes the merged extent dyn; the gradient splits it back.
+template <int Start = 1, int End = -1, array_operand X>
+auto flatten(const X& x, std::source_location loc = std::source_location::current()) {
+  using T = typename detail::common_element<X>::type;
+  using E = decltype(detail::as_expr<T>(x));
+  constexpr int r = static_cast<int>(E::desc.shape.rank);
+  constexpr int s = Start < 0 ? r + Start : Start, e = End < 0 ? r + End : End;
+  static_assert(r >= 1, "fusebox: flatten(x): x needs rank 1 or more");
+  static_assert(0 <= s && s <= e && e < r,
+                "fusebox: flatten<Start, End>(x): need 0 <= Start <= End < rank of x (negative values count from "
+                "the end: End = -1 is the last dimension)");
+  using S = typename detail::flattened_shape<shape_of_t<E>, s, e>::type;
+  if constexpr (is_tensor_v<X>) {
+    const dims d = ops::flattened(x.extents(), s, e);
+    strides_t from{}, st{};
+    for (std::size_t i = 0; i < x.extents().rank; ++i) from[i] = x.stride(i);
+    if (view_strides(x.extents(), from, d, st)) return tensor<T, S>(x.owner(), const_cast<T*>(x.data()), d, st);
+    tensor<T, S> out(d, loc);
+    for (std::size_t i = 0; i < out.size(); ++i) out.data()[i] = x.flat(i);
+    return out;
+  } else {
+    return view_node<ops::flatten_view<s, e>, X>{{}, x};
+  }
+}
+
 // ---- derivatives (autodiff/rule.hpp): G the incoming gradient, Y the view node ----
 namespace autodiff {
 namespace sym {
@@ -164,6 +296,12 @@ template <std::size_t A, std::size_t Begin, std::size_t End>
 struct derivative<ops::slice_view<A, Begin, End>> {
   template <std::size_t I, class G, class Y, class Ctx>
   using vjp = pad_node<A, Begin, operand<Y, 0>::desc.shape.extent[A], exact<G, Y>>;
+};
+// flatten's gradient is G with the merged dimension split back (a view, whatever G's strides).
+template <std::size_t Start, std::size_t End>
+struct derivative<ops::flatten_view<Start, End>> {
+  template <std::size_t I, class G, class Y, class Ctx>
+  using vjp = view_node<ops::unflatten_view<Start, shape_of_t<operand<Y, 0>>>, exact<G, Y>>;
 };
 template <class S>
 struct derivative<ops::reshape_view<S>> {
