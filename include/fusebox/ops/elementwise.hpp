@@ -5,6 +5,10 @@
 // generator wraps in a __device__ function. Front ends follow; operators are thin aliases.
 //
 // Comparisons give 1 or 0 in the operand type; `where(c, a, b)` picks a where c is non-zero.
+// Special values (docs/architecture.md, "Numeric semantics"): C and IEEE 754 as PyTorch has them,
+// the same in a SIMD lane, the scalar tail and the device spelling: comparisons with NaN are false
+// except ne; where(NaN, a, b) is a; maximum/minimum propagate a NaN from either operand; pow is
+// C's pow; sigmoid, silu, gelu and gelu_tanh take -inf to their limit (0, -0), never NaN.
 //
 // Derivatives (autodiff/rule.hpp) are at the end: each op's vector-Jacobian product as an
 // expression type. Where a derivative is more than one product, it is an op of its own below
@@ -45,7 +49,7 @@ namespace ops {
       return body;                            \
     }                                         \
   };
-FUSEBOX_UNARY_OP(neg, 1, -x, -x)
+FUSEBOX_UNARY_OP(neg, 1, math::neg(x), -x)
 FUSEBOX_UNARY_OP(abs, 1, math::abs(x), fabsf(x))
 FUSEBOX_UNARY_OP(exp, 16, vmath::exp(x), expf(x))
 FUSEBOX_UNARY_OP(log, 20, vmath::log(x), logf(x))
@@ -54,10 +58,10 @@ FUSEBOX_UNARY_OP(rsqrt, 6, vmath::rsqrt(x), rsqrtf(x))
 FUSEBOX_UNARY_OP(tanh, 20, vmath::tanh(x), tanhf(x))
 FUSEBOX_UNARY_OP(sigmoid, 20, vmath::sigmoid(x), 1.0f / (1.0f + expf(-x)))
 FUSEBOX_UNARY_OP(relu, 1, math::maximum(x, V(0)), x < 0.0f ? 0.0f : x)
-FUSEBOX_UNARY_OP(gelu, 28, vmath::gelu(x), 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)))
+FUSEBOX_UNARY_OP(gelu, 28, vmath::gelu(x), x < -200.0f ? -0.0f : 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)))
 FUSEBOX_UNARY_OP(gelu_tanh, 26, vmath::gelu_tanh(x),
-                 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x))))
-FUSEBOX_UNARY_OP(silu, 22, vmath::silu(x), x / (1.0f + expf(-x)))
+                 x < -200.0f ? -0.0f : 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x))))
+FUSEBOX_UNARY_OP(silu, 22, vmath::silu(x), x < -200.0f ? -0.0f : x / (1.0f + expf(-x)))
 #undef FUSEBOX_UNARY_OP
 
 #define FUSEBOX_BINARY_OP(op_name, cost, body, device_body) \
@@ -76,8 +80,8 @@ FUSEBOX_BINARY_OP(sub, 1, a - b, a - b)
 FUSEBOX_BINARY_OP(mul, 1, a * b, a * b)
 FUSEBOX_BINARY_OP(div, 1, a / b, a / b)
 FUSEBOX_BINARY_OP(pow, 40, math::pow(a, b), powf(a, b))
-FUSEBOX_BINARY_OP(maximum, 1, math::maximum(a, b), a < b ? b : a)
-FUSEBOX_BINARY_OP(minimum, 1, math::minimum(a, b), b < a ? b : a)
+FUSEBOX_BINARY_OP(maximum, 1, math::maximum(a, b), b != b ? b : (a < b ? b : a))
+FUSEBOX_BINARY_OP(minimum, 1, math::minimum(a, b), b != b ? b : (b < a ? b : a))
 FUSEBOX_BINARY_OP(eq, 1, math::eq(a, b), a == b ? 1.0f : 0.0f)
 FUSEBOX_BINARY_OP(ne, 1, math::ne(a, b), a != b ? 1.0f : 0.0f)
 FUSEBOX_BINARY_OP(lt, 1, math::lt(a, b), a < b ? 1.0f : 0.0f)
@@ -135,7 +139,7 @@ struct zeros_like {
     }                                                       \
   };
 // v is the forward result y, or the operand x where the derivative needs it.
-FUSEBOX_BACKWARD_OP(abs_backward, 3, math::select(math::gt(v, V(0)), g, math::select(math::lt(v, V(0)), -g, V(0))),
+FUSEBOX_BACKWARD_OP(abs_backward, 3, math::select(math::gt(v, V(0)), g, math::select(math::lt(v, V(0)), math::neg(g), V(0))),
                     b > 0.0f ? a : (b < 0.0f ? -a : 0.0f))
 FUSEBOX_BACKWARD_OP(sqrt_backward, 2, V(0.5) * g / v, 0.5f * a / b)
 FUSEBOX_BACKWARD_OP(rsqrt_backward, 4, V(-0.5) * g * v * v * v, -0.5f * a * b * b * b)
@@ -180,7 +184,7 @@ FUSEBOX_BACKWARD_OP(where_backward_false, 1, math::select(v, V(0), g), b != 0.0f
     }                                                        \
   };
 // d(a / b)/db = -g y / b, with a = y (the quotient) and b the divisor
-FUSEBOX_BACKWARD_OP3(div_rhs_backward, 3, -g * a / b, -c * a / b)
+FUSEBOX_BACKWARD_OP3(div_rhs_backward, 3, math::neg(g) * a / b, -c * a / b)
 // d(a^b)/da = g b a^(b-1) (a, b: the operands)
 FUSEBOX_BACKWARD_OP3(pow_base_backward, 42, g * b * math::pow(a, b - V(1)), c * b * powf(a, b - 1.0f))
 // d(a^b)/db = g y log(a) (a: the result y, b: the base)

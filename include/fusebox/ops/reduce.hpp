@@ -1,6 +1,9 @@
 // ops/reduce.hpp: reductions over one axis: sum, mean, max, min, with or without keepdim.
 // Each op gives its identity, combine, horizontal (over a batch's lanes) and finalize; the
 // executor accumulates rows with four accumulators, so the order is fixed by the row length alone.
+// max and min propagate NaN (torch.amax): a row holding a NaN reduces to NaN on every path, as
+// combine is ops::maximum / ops::minimum. Which of +0 and -0 a row of tied zeros gives depends on
+// the order of the combines (as in PyTorch), so it may differ between the CPU and the GPU.
 // Derivatives at the end (autodiff/rule.hpp): sum and mean give the gradient back to every element
 // of the row, max and min to every element equal to the result (the arg-max positions; a tie
 // gives each tied element the whole gradient).
@@ -80,24 +83,24 @@ struct max {
   static constexpr const char* name = "max";
   FUSEBOX_DEVICE_MEMBERS(
       static __device__ float identity() { return -__int_as_float(0x7f800000); }
-      static __device__ float combine(float a, float b) { return a < b ? b : a; }
+      static __device__ float combine(float a, float b) { return b != b ? b : (a < b ? b : a); }
       static __device__ float finalize(float x, unsigned long long) { return x; })
   static constexpr int flops = 1;
   template <class V> static V identity() { return V(-std::numeric_limits<typename cpu::element_type<V>::type>::infinity()); }
   template <class V> static V combine(const V& a, const V& b) { return math::maximum(a, b); }
-  template <class B> static auto horizontal(const B& b) { return lanes_fold(b, [](auto x, auto y) { return y > x ? y : x; }); }
+  template <class B> static auto horizontal(const B& b) { return lanes_fold(b, [](auto x, auto y) { return math::maximum(x, y); }); }
   template <class T> static T finalize(T acc, std::size_t) { return acc; }
 };
 struct min {
   static constexpr const char* name = "min";
   FUSEBOX_DEVICE_MEMBERS(
       static __device__ float identity() { return __int_as_float(0x7f800000); }
-      static __device__ float combine(float a, float b) { return b < a ? b : a; }
+      static __device__ float combine(float a, float b) { return b != b ? b : (b < a ? b : a); }
       static __device__ float finalize(float x, unsigned long long) { return x; })
   static constexpr int flops = 1;
   template <class V> static V identity() { return V(std::numeric_limits<typename cpu::element_type<V>::type>::infinity()); }
   template <class V> static V combine(const V& a, const V& b) { return math::minimum(a, b); }
-  template <class B> static auto horizontal(const B& b) { return lanes_fold(b, [](auto x, auto y) { return y < x ? y : x; }); }
+  template <class B> static auto horizontal(const B& b) { return lanes_fold(b, [](auto x, auto y) { return math::minimum(x, y); }); }
   template <class T> static T finalize(T acc, std::size_t) { return acc; }
 };
 }  // namespace ops
