@@ -112,24 +112,33 @@ struct builder {
   std::array<node, N> nodes{};
   int count = 0;
   int payloads = 0;
-  constexpr int find(const void* type) const {
-    for (int i = 0; i < count; ++i)
-      if (nodes[i].mergeable && nodes[i].type == type) return i;
-    return -1;
-  }
 };
 
-template <class E, std::size_t N>
+/// The position of E's first occurrence in All (node_types), or -1. Merging finds an earlier node
+/// by type this way, not by comparing type_tag addresses: GCC does not take `&tag<A> == &tag<B>`
+/// as a constant expression under -fsanitize=undefined, so such a comparison here stopped every
+/// fusebox program from building with UBSan.
+template <class E, class... All>
+constexpr int first_index(meta::type_list<All...>) {
+  int i = 0, found = -1;
+  ((found = found < 0 && std::is_same_v<E, All> ? i : found, ++i), ...);
+  return found;
+}
+
+template <class E, class All, std::size_t N>
 constexpr int lower_into(builder<N>& b) {
   if constexpr (!E::has_payload) {
-    if (const int found = b.find(&meta::type_tag<E>); found >= 0) return found;
+    // lower_into walks the tree as `collect` did, so a payload-free type seen before has the id
+    // of its first occurrence in All.
+    constexpr int first = first_index<E>(All{});
+    if (first >= 0 && first < b.count) return first;
   }
   node n{};
   n.desc = E::desc;
   n.type = &meta::type_tag<E>;
   n.mergeable = !E::has_payload;
   [&]<class... C>(meta::type_list<C...>) {
-    ((n.inputs[n.n_inputs++] = lower_into<C>(b)), ...);
+    ((n.inputs[n.n_inputs++] = lower_into<C, All>(b)), ...);
   }(typename E::children{});
   if constexpr (is_payload_kind(E::desc.kind)) n.payload_slot = b.payloads++;
   b.nodes[b.count] = n;
@@ -168,7 +177,7 @@ struct graph {
     std::array<int, sizeof...(Roots)> outs{};
     if constexpr (expanded_size <= max_expanded_nodes) {
       int k = 0;
-      ((outs[k++] = detail::lower_into<Roots>(b)), ...);
+      ((outs[k++] = detail::lower_into<Roots, node_types>(b)), ...);
     }
     return {b.nodes, outs, b.payloads, b.count};
   }
