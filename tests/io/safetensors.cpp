@@ -4,6 +4,8 @@
 // __metadata__ first and tensors in data order, space padding to 8, little-endian F32 and BF16
 // data), loads into the right tensors with the right values; and malformed files and mismatches
 // give errors that name the file, the tensor and the numbers, without touching the parameters.
+#include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -13,8 +15,9 @@
 
 #include <catch2/catch.hpp>
 
-#include <fusebox/core/tensor.hpp>
+#include <fusebox/fusebox.hpp>
 #include <fusebox/io/safetensors.hpp>
+#include <fusebox/nn/linear.hpp>
 #include <fusebox/nn/parameters.hpp>
 
 #include "../support/check.hpp"
@@ -173,4 +176,63 @@ TEST_CASE("safetensors: malformed files and mismatches are clear errors, and loa
   CHECK(m.weight(1, 1) == 0.0f);  // the file's zeros
   CHECK_THROWS_WITH(fb::io::load_safetensors(temp_file("absent.safetensors"), m.params()), Catch::Contains("cannot be opened"));
   std::filesystem::remove_all(good.parent_path());
+}
+
+// Issue 20, item 19: a checkpoint as PyTorch writes it for `fc1 = nn.Linear(5, 3)`: fc1.weight
+// [out, in] = [3, 5], fc1.bias [3], F32, written here byte by byte. It loads into nn::linear and
+// into plain tensors without a transpose, and fb::linear(x, w, b) computes x Wᵀ + b: eager,
+// compiled (the transposed view feeding the GEMM, the bias its epilogue), on a dyn batch, and
+// through the nn module, every element against a double reference.
+TEST_CASE("safetensors: a PyTorch Linear checkpoint (fc1.weight [out, in], fc1.bias) loads and runs as linear()") {
+  constexpr std::size_t In = 5, Out = 3, N = 4;
+  fb::tensor<float, fb::shape<Out, In>> w_src;
+  fb::tensor<float, fb::shape<Out>> b_src;
+  fbt::fill_signed(w_src, 71, 0.1, 1.0);
+  fbt::fill_signed(b_src, 72, 0.1, 1.0);
+  std::vector<std::uint8_t> data;
+  auto put = [&](float v) {
+    const auto u = std::bit_cast<std::uint32_t>(v);
+    for (int i = 0; i < 4; ++i) data.push_back(static_cast<std::uint8_t>((u >> (8 * i)) & 0xFF));
+  };
+  for (std::size_t i = 0; i < Out * In; ++i) put(w_src.flat(i));
+  for (std::size_t i = 0; i < Out; ++i) put(b_src.flat(i));
+  std::string header = R"({"fc1.weight":{"dtype":"F32","shape":[3,5],"data_offsets":[0,60]},)"
+                       R"("fc1.bias":{"dtype":"F32","shape":[3],"data_offsets":[60,72]}})";
+  while (header.size() % 8) header += ' ';
+  const auto path = temp_file("torch_linear.safetensors");
+  write_bytes(path, file_of(header, data));
+
+  fb::nn::linear<In, Out> fc1;
+  fb::nn::parameter_list<float> params;
+  fc1.collect(params, "fc1.");
+  fb::io::load_safetensors(path, params);
+  fbt::check_identical(fc1.weight, w_src, "fc1.weight as written");
+  fbt::check_identical(fc1.bias, b_src, "fc1.bias as written");
+
+  fb::tensor<float, fb::shape<N, In>> x;
+  fbt::fill_signed(x, 73, 0.1, 1.0);
+  auto check = [&](const auto& y, const std::string& what) {
+    INFO(what);
+    REQUIRE(y.extents() == fb::dims{2, {N, Out}});
+    std::size_t bad = 0;
+    for (std::size_t n = 0; n < N; ++n)
+      for (std::size_t o = 0; o < Out; ++o) {
+        double ref = b_src(o), mag = std::fabs(ref);
+        for (std::size_t k = 0; k < In; ++k) {
+          ref += static_cast<double>(x(n, k)) * w_src(o, k);
+          mag += std::fabs(static_cast<double>(x(n, k)) * w_src(o, k));
+        }
+        bad += !(std::fabs(static_cast<double>(y(n, o)) - ref) <= (In + 2) * 1.2e-7 * mag);
+      }
+    CHECK(bad == 0);
+  };
+  auto model = [](const auto& xx, const auto& ww, const auto& bb) { return fb::linear(xx, ww, bb); };
+  check(fb::linear(x, fc1.weight, fc1.bias), "eager linear(x, w, b)");
+  check(fb::compile(model)(x, fc1.weight, fc1.bias), "compiled, static shapes");
+  fb::tensor<float, fb::shape<fb::dyn, In>> xd(N);
+  for (std::size_t i = 0; i < x.size(); ++i) xd.flat(i) = x.flat(i);
+  check(fb::compile(model)(xd, fc1.weight, fc1.bias), "compiled, dyn batch (run-time path)");
+  auto captured = [&](const auto& xx) { return fb::linear(xx, fc1.weight, fc1.bias); };
+  check(fb::compile(captured)(x), "compiled, weights captured");
+  std::filesystem::remove(path);
 }

@@ -49,7 +49,7 @@ struct linear {
 
   template <class Mode, class X, class P, class R>
   static auto forward(Mode, const X& x, const P& p, const R&) {
-    return matmul(x, transpose(std::get<0>(p))) + std::get<1>(p);
+    return fusebox::linear(x, std::get<0>(p), std::get<1>(p));
   }
 };
 

@@ -2,12 +2,16 @@
 // rank 2 (shared across the batch). Transposed operands are views (strides), never copies.
 // Derivative at the end: dA = dC Bt, dB = At dC (a shared rank-2 operand's gradient is then
 // summed over the batch by the reverse pass, as any broadcast operand's is).
-// Depends on: ops/operand.hpp, autodiff/rule.hpp.
+// linear(x, w, b) is torch.nn.functional.linear: w in PyTorch's [out, in] layout, read through a
+// transposed view by the same GEMM (nothing copied), the bias its epilogue.
+// Depends on: ops/operand.hpp, ops/layout.hpp, ops/elementwise.hpp, autodiff/rule.hpp.
 #pragma once
 
 #include <source_location>
 
 #include "fusebox/autodiff/rule.hpp"
+#include "fusebox/ops/elementwise.hpp"
+#include "fusebox/ops/layout.hpp"
 #include "fusebox/ops/operand.hpp"
 
 namespace fusebox {
@@ -30,6 +34,20 @@ auto matmul(const A& a, const B& b, std::source_location loc = std::source_locat
                         loc);
   }
   return detail::finish(e);
+}
+
+/// x Wᵀ, as torch.nn.functional.linear(x, w): w is [out, in] (how PyTorch's Linear stores its
+/// weight, so checkpoints load without a transpose); the product reads it through a transposed
+/// view, the same GEMM as matmul(x, w) with w stored [in, out].
+template <array_operand X, array_operand W>
+auto linear(const X& x, const W& w, std::source_location loc = std::source_location::current()) {
+  return matmul(x, transpose(w), loc);
+}
+
+/// x Wᵀ + b, as torch.nn.functional.linear(x, w, b); the bias add is the GEMM's epilogue.
+template <array_operand X, array_operand W, array_operand B>
+auto linear(const X& x, const W& w, const B& b, std::source_location loc = std::source_location::current()) {
+  return add(matmul(x, transpose(w), loc), b, loc);
 }
 
 // ---- derivative (autodiff/rule.hpp): G the incoming gradient, Y the matmul node ----
