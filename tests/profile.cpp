@@ -1,9 +1,12 @@
 // Tests for include/fusebox/profile.hpp: nothing is recorded while off; spans and instants from
 // several threads are recorded while on; the Chrome trace is valid JSON (parsed back here with
-// a small strict parser) whose strings decode to what was recorded.
+// a small strict parser) whose strings decode to what was recorded; a static model's kernel spans
+// carry its fused ops' names.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +21,12 @@
 #include <variant>
 #include <vector>
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fusebox/fusebox.hpp"
 #include "fusebox/jit/posix.hpp"
 #include "fusebox/profile.hpp"
 
@@ -301,4 +310,125 @@ TEST_CASE("profile: an unwritable trace path is an error naming it", "[profile]"
   CHECK_THROWS_AS(profile::write_chrome_trace("/nonexistent-dir/trace.json"), fusebox::error);
   CHECK_THROWS_WITH(profile::write_chrome_trace("/nonexistent-dir/trace.json"),
                     Catch::Contains("/nonexistent-dir/trace.json"));
+}
+
+// ---- static kernels named by their fused ops (issue 20, item 15) ----------------------------------
+
+namespace {
+std::vector<std::string> kernel_span_names() {
+  std::vector<std::string> names;
+  for (const auto& e : profile::events())
+    if (!e.instant && e.category == "kernel") names.push_back(e.name);
+  return names;
+}
+}  // namespace
+
+TEST_CASE("profile: a static model's kernel spans are named by their fused ops, as explain() lists them",
+          "[profile]") {
+  namespace fb = fusebox;
+  fb::tensor<float, fb::shape<24, 40>> x;
+  fb::tensor<float, fb::shape<40, 16>> w;
+  fb::tensor<float, fb::shape<16>> b;
+  x.fill_random(11, -1.0f, 1.0f);
+  w.fill_random(12, -1.0f, 1.0f);
+  b.fill_random(13, -1.0f, 1.0f);
+  auto mlp = [](auto x, auto w, auto b) { return fb::softmax(fb::relu(fb::matmul(x, w) + b)); };
+  auto f = fb::compile(mlp);
+  (void)f(x, w, b);  // warm: arena allocated
+  profile::start();
+  const auto y = f(x, w, b);
+  profile::stop();
+  const auto names = kernel_span_names();
+  const std::string plan = fb::explain_text(mlp, x, w, b);
+  INFO(plan);
+  REQUIRE(names.size() == 2);
+  CHECK(names[0].rfind("matmul", 0) == 0);  // "matmul", or with an epilogue: "matmul + epilogue(...)"
+  for (const char* op : {"relu", "exp", "sum", "div"})  // the row kernel: (add, relu,) softmax's ops
+    CHECK(names[1].find(op) != std::string::npos);
+  for (std::size_t k = 0; k < names.size(); ++k)  // the same words as explain()'s kernel lines
+    CHECK(plan.find("] " + names[k] + "\n") != std::string::npos);
+  for (const auto& e : profile::events())
+    if (e.category == "kernel") CHECK((e.detail == "matmul" || e.detail == "rows"));  // the kind, kept
+  // The values: softmax over relu(x w + b), against a double reference.
+  for (std::size_t r = 0; r < 24; ++r) {
+    double row[16], m = 0, s = 0;
+    for (std::size_t c = 0; c < 16; ++c) {
+      double acc = b.flat(c);
+      for (std::size_t k = 0; k < 40; ++k) acc += double(x.flat(r * 40 + k)) * w.flat(k * 16 + c);
+      row[c] = std::max(acc, 0.0);
+      m = std::max(m, row[c]);
+    }
+    for (double& v : row) s += (v = std::exp(v - m));
+    for (std::size_t c = 0; c < 16; ++c) {
+      INFO("row " << r << " column " << c);
+      REQUIRE(std::fabs(y.flat(r * 16 + c) - row[c] / s) <= 1e-5 * (row[c] / s) + 1e-7);
+    }
+  }
+  // Eager ops are named by their op too.
+  profile::start();
+  (void)fb::eager(mlp)(x, w, b);
+  profile::stop();
+  const auto eager_names = kernel_span_names();
+  CHECK(std::find(eager_names.begin(), eager_names.end(), "relu") != eager_names.end());
+  CHECK(std::find(eager_names.begin(), eager_names.end(), "rows") == eager_names.end());
+}
+
+// Run by the next test in a fresh process with a fresh cache directory (hidden: "[.]"): its first
+// JIT compile builds the precompiled prelude, once per cache directory and compiler.
+TEST_CASE("profile: prelude child", "[.][profile-prelude-child]") {
+  namespace fb = fusebox;
+  fb::tensor<float, fb::shape<fb::dyn, 24>> x(5);
+  x.fill_random(21, -1.0f, 1.0f);
+  auto f = fb::compile([](auto x) { return fb::exp(x) * 2.0; });
+  profile::start();
+  const auto y = f(x);
+  profile::stop();
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    INFO("element " << i);
+    REQUIRE(y.flat(i) == Approx(2.0 * std::exp(double(x.flat(i)))).epsilon(1e-6));
+  }
+  std::size_t builds = 0;
+  for (const auto& e : profile::events())
+    if (e.name == profile::prelude_build_name) {
+      ++builds;
+      CHECK(e.category == "compile");
+      CHECK(e.duration_us > 0);
+      CHECK(e.detail.find("prelude.hpp.gch") != std::string::npos);
+    }
+  CHECK(builds == 1);
+}
+
+TEST_CASE("profile: the JIT's one-off prelude build is a span of its own", "[profile]") {
+  fusebox::jit::temp_directory scratch(fusebox::jit::detail::temp_root(), "fusebox-test-prelude-");
+  const auto output = scratch.path() / "child.txt";
+  const auto cache = scratch.path() / "cache";
+  std::filesystem::create_directory(cache);
+  std::filesystem::permissions(cache, std::filesystem::perms::owner_all);
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::vector<std::string> args = {self, "[profile-prelude-child]"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string_view v(*e);
+    if (v.rfind("FUSEBOX_CACHE_DIR=", 0) != 0 && v.rfind("FUSEBOX_JIT_PCH=", 0) != 0) env.emplace_back(v);
+  }
+  env.push_back("FUSEBOX_CACHE_DIR=" + cache.string());
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, output.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = -1;
+  REQUIRE(posix_spawn(&pid, self.c_str(), &actions, nullptr, argv.data(), envp.data()) == 0);
+  posix_spawn_file_actions_destroy(&actions);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  const std::string text = slurp(output);
+  INFO(text);
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  CHECK(text.find("All tests passed") != std::string::npos);
 }

@@ -1,10 +1,13 @@
 // FUSEBOX_DISABLE=1: the rollback switch. CTest runs this binary with the variable set (it is read
 // once per process); every compiled function must then run eagerly: no JIT compile on the
 // run-time path (compiles are forbidden here, so one would throw), the static path op by op (one
-// kernel per op instead of the fused plan), and results that still match a double reference.
+// kernel per op instead of the fused plan), and results that still match a double reference. Each
+// such call is counted (counters().rollback_calls) and the switch logged under FUSEBOX_LOGS=rollback.
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -50,13 +53,26 @@ TEST_CASE("FUSEBOX_DISABLE=1 runs every compiled function eagerly", "[compile][d
   w.fill_random(2, 0.5f, 1.5f);
   b.fill_random(3);
 
-  SECTION("static shapes: op by op, not the fused plan") {
+  SECTION("static shapes: op by op, not the fused plan; counted and logged") {
     fb::tensor<float, fb::shape<16, 32>> x;
     x.fill_random(1);
     auto fast = fb::compile(model);
+    std::vector<std::string> lines;
+    fb::jit::set_log_sink([&](std::string_view line) { lines.emplace_back(line); });
+    fb::set_logs("rollback");
+    const auto before = fb::jit::counters().rollback_calls.load();
     fb::profile::start();
     const auto y = fast(x, w, b);
     fb::profile::stop();
+    (void)fast(x, w, b);
+    fb::set_logs("");
+    fb::jit::set_log_sink({});
+    CHECK(fb::jit::counters().rollback_calls.load() == before + 2);
+    REQUIRE(lines.size() == 1);  // once, not per call
+    CHECK(lines[0].find("[fusebox:rollback] a compiled function called with [16, 32], [32], [32] runs its model "
+                        "eagerly: FUSEBOX_DISABLE=1") == 0);
+    CHECK(fb::rollback_active());
+    CHECK(fast.enabled());  // the function's own switch is on; the global one rolls it back
     check(x, w, b, y);
     using E = decltype(model(fb::input_leaf<0, float, fb::shape<16, 32>>{}, fb::input_leaf<1, float, fb::shape<32>>{},
                              fb::input_leaf<2, float, fb::shape<32>>{}));

@@ -407,6 +407,7 @@ class kernel_store {
         if (f != "-shared") argv.push_back(f);
       argv.insert(argv.end(), {"-x", "c++-header", (include / "fusebox" / "jit" / "prelude.hpp").string(), "-o",
                                gch.string()});
+      const auto prelude_span = profile::prelude_build_span(gch.string());  // its own span in the trace
       const auto start = std::chrono::steady_clock::now();
       const auto log_file = p.dir->path() / "log.txt";
       const auto run = detail::run_process(argv, log_file, p.dir->path(), 600);
