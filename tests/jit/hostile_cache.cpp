@@ -169,10 +169,9 @@ class suite {
   /// A batch size no earlier worker used: its kernel is in no cache yet.
   std::size_t fresh_batch() { return next_batch_++; }
 
-  /// The disk-cache key and entry of the precompiled prelude, as workers build it.
-  std::string prelude_digest() const {
-    return jit::kernel_store::prelude_key(jit::host_compiler()).digest();
-  }
+  /// The digest naming the precompiled prelude's cache entry, as the workers built it (taken
+  /// from them, not recomputed here: the key hashes the headers, which may change meanwhile).
+  std::string prelude_digest() { return prelude_entry().filename().string(); }
 
   running_worker start(const env_list& env, std::size_t batch) {
     const fs::path files = root() / ("worker-" + std::to_string(workers_++));
@@ -233,10 +232,16 @@ class suite {
         REQUIRE(r->number("kernels_compiled") == 1);  // both compiled: neither found the other's yet
       }
       warm_ = root() / "warm";
+      prelude_entry_ = fs::path(ra.text("prelude")).parent_path();
+      REQUIRE(prelude_entry_.parent_path() == warm_ / "v1" / "artifacts");
+      REQUIRE(rb.text("prelude") == ra.text("prelude"));  // one entry, whoever published it
     }
     return warm_;
   }
-  fs::path prelude_entry() { return warm() / "v1" / "artifacts" / prelude_digest(); }
+  const fs::path& prelude_entry() {
+    warm();
+    return prelude_entry_;
+  }
   static constexpr std::size_t warm_batch = 3;
 
   /// Every kernel entry of the warm cache (not the prelude's).
@@ -261,7 +266,6 @@ class suite {
 
  private:
   suite() {
-    ::setenv("FUSEBOX_CXXFLAGS", "-O1", 1);  // so prelude_digest() here matches the workers'
     REQUIRE(::chmod(root().c_str(), 0755) == 0);  // others may look in (the plants are theirs)
     fs::create_directories(tmp());
     REQUIRE(::chmod(tmp().c_str(), 01777) == 0);
@@ -280,7 +284,7 @@ class suite {
   }
 
   jit::temp_directory root_{jit::detail::temp_root(), "fusebox-hostile-"};
-  fs::path planted_so_, warm_;
+  fs::path planted_so_, warm_, prelude_entry_;
   std::size_t next_batch_ = 4;
   int workers_ = 0;
   std::vector<fs::path> mounts_;
@@ -345,7 +349,7 @@ void plant_entry(const fs::path& entry, const fs::path& into) {
 
 // --- cases ------------------------------------------------------------------------------------
 
-TEST_CASE("hostile_cache: two cold processes at once publish one prelude and one kernel; the next compiles nothing",
+TEST_CASE("hostile_cache: two cold processes at once publish one prelude and one kernel and the next compiles nothing",
           "[jit][hostile_cache]") {
   suite& s = suite::get();
   const fs::path warm = s.warm();  // two workers at once, checked there
@@ -416,7 +420,7 @@ TEST_CASE("hostile_cache: names planted in the temp directory and a refused cach
   fs::remove_all(theirs);
 }
 
-TEST_CASE("hostile_cache: include directories and temp roots other users can change are refused; the call runs eagerly",
+TEST_CASE("hostile_cache: include directories and temp roots other users can change are refused and the call runs eagerly",
           "[jit][hostile_cache]") {
   suite& s = suite::get();
   const fs::path fresh = s.root() / "fresh-cache";  // nothing cached: each worker must compile
@@ -456,7 +460,7 @@ TEST_CASE("hostile_cache: include directories and temp roots other users can cha
   CHECK(fs::is_empty(open_dir));
 }
 
-TEST_CASE("hostile_cache: cache directories 0777, 0755, another user's, symlinked or read-only",
+TEST_CASE("hostile_cache: cache directories that are 0777 or 0755 or another user's or symlinked or read-only",
           "[jit][hostile_cache]") {
   suite& s = suite::get();
   const fs::path base = s.root() / "modes";
@@ -521,7 +525,7 @@ TEST_CASE("hostile_cache: cache directories 0777, 0755, another user's, symlinke
   }
 }
 
-TEST_CASE("hostile_cache: every cache file truncated, emptied, overwritten or replaced by a symlink is caught",
+TEST_CASE("hostile_cache: every cache file truncated or emptied or overwritten or replaced by a symlink is caught",
           "[jit][hostile_cache]") {
   suite& s = suite::get();
   const auto kernels = s.kernel_entries();
@@ -578,7 +582,7 @@ TEST_CASE("hostile_cache: every cache file truncated, emptied, overwritten or re
   }
 }
 
-TEST_CASE("hostile_cache: a damaged precompiled prelude is rebuilt once with one warning; the next process is clean",
+TEST_CASE("hostile_cache: a damaged precompiled prelude is rebuilt once with one warning and the next process is clean",
           "[jit][hostile_cache]") {
   suite& s = suite::get();
   const fs::path gch = s.prelude_entry() / "artifact.so";
@@ -591,9 +595,10 @@ TEST_CASE("hostile_cache: a damaged precompiled prelude is rebuilt once with one
   CHECK(r.err.find("damaged") != std::string::npos);
   CHECK(r.number("compile_failures") == 0);  // detected before use, not by a failing compile
   CHECK(r.number("kernels_compiled") == 1);
+  jit::cache_key key;
+  key.canonical = slurp(s.prelude_entry() / "key");
   const auto published = [&] {
-    return jit::disk_cache({.directory = s.warm()}).find(jit::kernel_store::prelude_key(jit::host_compiler())).status ==
-           jit::disk_status::hit;
+    return jit::disk_cache({.directory = s.warm()}).find(key).status == jit::disk_status::hit;
   };
   CHECK(published());  // rebuilt and published again
   struct stat before {};
@@ -635,7 +640,7 @@ TEST_CASE("hostile_cache: two processes compiling the same kernel at once", "[ji
   CHECK(next.number("compiles") == 0);
 }
 
-TEST_CASE("hostile_cache: a full disk costs the disk cache, not the results", "[jit][hostile_cache]") {
+TEST_CASE("hostile_cache: a full disk costs the disk cache and not the results", "[jit][hostile_cache]") {
   suite& s = suite::get();
   if (!need_root("mount a small tmpfs")) return;
   const fs::path full = s.root() / "full";

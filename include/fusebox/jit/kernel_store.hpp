@@ -191,14 +191,6 @@ class kernel_store {
     pch_.reset();
   }
 
-  /// The disk-cache key of the precompiled prelude built by `c`: the compiler (path, version,
-  /// flags) and the headers the prelude pulls in, so an edited header never meets a stale PCH.
-  static cache_key prelude_key(const host_compiler& c) {
-    cache_key k;
-    k.add("compiler", c.identity()).add("headers", prelude_digest(detail::fusebox_include_dir()));
-    return k;
-  }
-
   /// The .gch the kernel compiler uses now (in the disk cache, or in this process's private
   /// directory); empty when kernels compile without one. For tests and reports.
   std::filesystem::path prelude_file() {
@@ -339,6 +331,14 @@ class kernel_store {
     use_pch(std::nullopt);  // before building: this process never uses the damaged file again
     use_pch(prepare_pch());
     return true;
+  }
+
+  /// The disk-cache key of the precompiled prelude built by `c`: the compiler (path, version,
+  /// flags) and the headers the prelude pulls in, so an edited header never meets a stale PCH.
+  static cache_key prelude_key(const host_compiler& c) {
+    cache_key k;
+    k.add("compiler", c.identity()).add("headers", prelude_digest(detail::fusebox_include_dir()));
+    return k;
   }
 
   /// Hash of the headers the prelude pulls in, so an edited header never meets a stale PCH.
