@@ -2,7 +2,7 @@
 // unambiguous and compared in full; the memory cache creates once under threads, does not cache
 // failures and keeps colliding keys apart; the disk cache refuses directories others can write,
 // detects corrupt and mismatched entries, evicts least recently used entries under its cap, and
-// never hands a torn entry to processes sharing it.
+// never hands a torn entry to processes sharing it; the directories above the cache are checked too.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -630,4 +630,26 @@ TEST_CASE("disk_cache: a writer killed mid-store leaves no live entry, and its l
   for (const auto& item : fs::directory_iterator(staging)) set_mtime(item.path(), 1000);
   REQUIRE(cache.store_bytes(make_key("after the crash"), "x"));
   CHECK(fs::is_empty(staging));
+}
+
+TEST_CASE("disk_cache: the directories above the cache must be safe too (sticky ones are)",
+          "[jit][cache]") {
+  cache_scratch scratch;
+  const auto open = scratch.root.path() / "open";
+  fs::create_directories(open / "cache");
+  fs::permissions(open / "cache", fs::perms::owner_all);
+  fs::permissions(open, fs::perms::all);  // anyone could rename 'cache' and put theirs there
+  {
+    captured_logs logs;
+    jit::disk_cache cache({.directory = open / "cache"});
+    CHECK_FALSE(cache.enabled());
+    CHECK(cache.disabled_reason().find("a directory above it is not safe: '" + open.string() +
+                                       "' is writable by others (mode 0777)") != std::string::npos);
+    CHECK(logs.text.find("Fix:") != std::string::npos);
+    CHECK_FALSE(fs::exists(open / "cache" / "v1"));
+  }
+  fs::permissions(open, fs::perms::all | fs::perms::sticky_bit);  // like /tmp: only we may rename ours
+  jit::disk_cache cache({.directory = open / "cache"});
+  CHECK(cache.enabled());
+  CHECK(cache.store_bytes(make_key("sticky parent"), "bytes"));
 }

@@ -2,7 +2,8 @@
 // source, load it and call it; a syntax error is ok=false with the compiler's log; paths and
 // flags with spaces and shell syntax reach the compiler verbatim (no shell); identity; the
 // forbid_compiles switch; a compiled library stored in the disk cache is served to a "fresh
-// process" that compiles nothing.
+// process" that compiles nothing; include paths and temp roots other users can change are
+// refused before the compiler starts.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <sys/stat.h>
 
@@ -260,4 +262,73 @@ TEST_CASE("host_compiler + disk_cache: a warm process loads without compiling",
     CHECK(jit::counters().disk_hits.load() == 1);
     jit::forbid_compiles(false);
   }
+}
+
+TEST_CASE("host_compiler: include paths and a temp root that other users can change are refused",
+          "[jit][host_compiler]") {
+  jit::temp_directory scratch(jit::detail::temp_root(), "fusebox-test-trust-");
+  const auto make_dir = [&](const fs::path& d, fs::perms mode) {
+    fs::create_directories(d);
+    fs::permissions(d, mode);
+    return d;
+  };
+  const fs::path open = make_dir(scratch.path() / "open", fs::perms::all);
+  const fs::path sticky = make_dir(scratch.path() / "sticky", fs::perms::all | fs::perms::sticky_bit);
+  const fs::path under_open = make_dir(open / "private", fs::perms::owner_all);
+  const fs::path good = make_dir(scratch.path() / "good", fs::perms::owner_all);
+  // Options without designated initializers (-Wmissing-field-initializers).
+  const auto options = [](std::vector<fs::path> includes, std::vector<std::string> extra = {}) {
+    jit::host_compiler_options o;
+    o.include_dirs = std::move(includes);
+    o.extra_flags = std::move(extra);
+    return o;
+  };
+  const auto refused = [](jit::host_compiler_options o, const std::string& why) {
+    jit::counters().reset();
+    const jit::host_compiler compiler(quick(std::move(o)));
+    REQUIRE(compiler.untrusted_inputs());
+    CHECK_THAT(*compiler.untrusted_inputs(), Catch::Contains(why) && Catch::Contains("Fix:"));
+    const auto result = compiler.compile(twice_plus_one);
+    CHECK_FALSE(result.ok);
+    CHECK_THAT(result.log, Catch::Contains("refused to run the compiler") && Catch::Contains(why));
+    CHECK(jit::counters().compiles.load() == 0);  // the compiler never started
+  };
+  refused(options({open}), "'" + open.string() + "' is writable by others (mode 0777)");
+  refused(options({sticky}), "is writable by others (mode 1777)");  // sticky is no excuse here
+  refused(options({under_open}), "above '" + under_open.string() + "'");
+  refused(options({}, {"-isystem", open.string()}), "'" + open.string() + "'");
+  write_file(open / "x.h", "");
+  refused(options({}, {"-include", (open / "x.h").string()}), "writable by others");
+  // A file anyone may edit inside a trusted directory, and a link to one.
+  write_file(good / "evil.h", "");
+  fs::permissions(good / "evil.h", fs::perms::all);
+  refused(options({good}), "evil.h' is writable by others (mode 0777)");
+  fs::remove(good / "evil.h");
+  fs::create_symlink(open / "x.h", good / "link.h");
+  refused(options({good}), "(through '" + (good / "link.h").string() + "')");
+  fs::remove(good / "link.h");
+  {  // TMPDIR anyone can write without the sticky bit: they could rename our private directory
+    scoped_env tmp("TMPDIR", open.c_str());
+    refused(options({}), "the temporary directory '" + open.string() + "' (TMPDIR) is not safe");
+  }
+  // Trusted: a private include directory, and TMPDIR a sticky directory like /tmp.
+  scoped_env tmp("TMPDIR", sticky.c_str());
+  const jit::host_compiler compiler(quick(options({good})));
+  CHECK_FALSE(compiler.untrusted_inputs());
+  const auto result = compiler.compile(twice_plus_one);
+  INFO(result.log);
+  REQUIRE(result.ok);
+  CHECK(jit::shared_library(result.library).function<int(int)>("f")(20) == 41);
+}
+
+TEST_CASE("temp_directory: mode 0700 whatever the umask, owned by the current user",
+          "[jit][host_compiler]") {
+  const mode_t old = ::umask(0777);
+  jit::temp_directory dir(jit::detail::temp_root(), "fusebox-test-umask-");
+  ::umask(old);
+  struct stat st {};
+  REQUIRE(::lstat(dir.path().c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0700);
+  CHECK(st.st_uid == ::geteuid());
+  CHECK_FALSE(jit::detail::untrusted_directory(dir.path()));
 }
