@@ -229,8 +229,9 @@ class suite {
         INFO("stdout:\n" << r->out << "\nstderr:\n" << r->err);
         REQUIRE(r->status == 0);
         REQUIRE(r->warnings() == 0);
-        REQUIRE(r->number("kernels_compiled") == 1);  // both compiled: neither found the other's yet
+        REQUIRE(r->number("kernels_compiled") <= 1);
       }
+      REQUIRE(ra.number("kernels_compiled") + rb.number("kernels_compiled") >= 1);
       warm_ = root() / "warm";
       prelude_entry_ = fs::path(ra.text("prelude")).parent_path();
       REQUIRE(prelude_entry_.parent_path() == warm_ / "v1" / "artifacts");
@@ -580,6 +581,7 @@ TEST_CASE("hostile_cache: every cache file truncated or emptied or overwritten o
     check_worker(next, 0);
     CHECK(next.number("compiles") == 0);
   }
+  fs::remove(good.parent_path() / "artifact.so.elsewhere");
 }
 
 TEST_CASE("hostile_cache: a damaged precompiled prelude is rebuilt once with one warning and the next process is clean",
