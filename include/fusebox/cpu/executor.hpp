@@ -58,6 +58,7 @@ struct frame {
   std::array<storage_ptr, N> keep{};  // opaque results, alive for the call
   std::array<strided<T>, N> copy_to{};  // outputs that are a leaf, a view or an opaque result
   const void* payload[N > 0 ? N : 1]{};
+  std::array<int, N> vn{};  // value numbers of this call (ir/value_numbers.hpp), where the plan has twins
   std::byte* arena = nullptr;
   std::byte* workspace = nullptr;  // row scratch for every thread, then the GEMM workspace
   std::size_t workspace_bytes = 0;
@@ -76,7 +77,7 @@ struct basic_program {
   using graph = ir::graph<Roots...>;
   static constexpr std::size_t N = graph::size;
   static constexpr auto nodes = graph::nodes;
-  static constexpr plan::plan_t<N> plan = plan::make_plan(graph::nodes, graph::outputs, sizeof(T));
+  static constexpr plan::plan_t<N> plan = plan::make_plan(graph::nodes, graph::outputs, sizeof(T), true);
   using value_type = T;
   using frame_t = frame<T, N>;
   using V = vec<T>;
@@ -242,6 +243,45 @@ struct basic_program {
   }
 
   // ------------------------------------------------------------------------------------------
+  // Value twins: one value computed once (plan step 5)
+
+  static constexpr bool has_twins = [] {
+    for (std::size_t i = 0; i < N; ++i)
+      if (plan.same_as[i] >= 0) return true;
+    return false;
+  }();
+
+  /// Numbers this call's values; run after the payloads and inputs are bound.
+  static void number_values(frame_t& f) {
+    if constexpr (has_twins) ir::number_values(nodes, f.payload, f.loc.data(), f.vn);
+  }
+
+  /// Kernel K's twins are their firsts' values in this call (the case its plan is made for).
+  template <int K>
+  static bool twins_equal(const frame_t& f) {
+    static constexpr id_list twins = [] {
+      id_list l{};
+      for (std::size_t i = 0; i < N; ++i)
+        if (plan.kernel_of[i] == K && plan.same_as[i] >= 0) l.id[l.size++] = static_cast<int>(i);
+      return l;
+    }();
+    for (int q = 0; q < twins.size; ++q)
+      if (f.vn[twins.id[q]] != f.vn[plan.same_as[twins.id[q]]]) return false;
+    return true;
+  }
+
+  /// A skippable kernel whose products are earlier values: they point there instead.
+  template <int K>
+  static void take_twins(frame_t& f) {
+    for (std::size_t i = 0; i < N; ++i)
+      if (plan.kernel_of[i] == K && plan.same_as[i] >= 0) {
+        f.loc[i] = f.loc[plan.same_as[i]];
+        f.keep[i] = f.keep[plan.same_as[i]];
+      }
+    bind_views(f);
+  }
+
+  // ------------------------------------------------------------------------------------------
   // Running
 
   static void run(frame_t& f) {
@@ -253,6 +293,9 @@ struct basic_program {
   template <int K>
   static void run_kernel(frame_t& f) {
     constexpr plan::kernel kn = plan.kernels[K];
+    if constexpr (kn.skippable) {  // no span: nothing runs
+      if (twins_equal<K>(f)) return take_twins<K>(f);
+    }
     profile::scoped_span span(plan::name(kn.kind), "kernel");
     if constexpr (kn.kind == plan::kernel_kind::rows) run_rows<K>(f);
     else if constexpr (kn.kind == plan::kernel_kind::reduce_cols) run_reduce_cols<K>(f);
@@ -388,6 +431,10 @@ struct basic_program {
     std::size_t width;
     const void* const* payload;
     std::size_t j;
+    /// The group's twins are their firsts' values in this call. When not (a group with twins
+    /// only), every member is computed where it is read and the scratch is not used: the cache
+    /// was planned for the merged case.
+    bool merged = true;
 
     template <int Id>
     W get() const {
@@ -395,12 +442,17 @@ struct basic_program {
       if constexpr (nd.desc.kind == node_kind::scalar) {
         return W(static_cast<const scalar_leaf<T>*>(payload[nd.payload_slot])->value);
       } else if constexpr (Group >= 0 && plan.group[Id] == Group) {
+        constexpr bool twins = plan.kernels[plan.kernel_of[Id]].twins;
         if constexpr (nd.desc.kind == node_kind::reduce || plan.row_constant[Id]) {
-          return W(rs[Id]);
+          return W(rs[Id]);  // a twin's step copied its first's
+        } else if constexpr (twins && plan.same_as[Id] >= 0) {
+          return merged ? get<plan.same_as[Id]>() : compute<Id>();
         } else if constexpr (plan.cache_slot[Id] >= 0 && plan.pass[Id] < Pass) {
+          if (twins && !merged) return compute<Id>();
           return load_v<W>(scratch + plan.cache_slot[Id] * width + j);
         } else if constexpr (plan.cache_slot[Id] >= 0) {
           static_assert(plan.pass[Id] == Pass, "fusebox internal: a cached node is read before its pass");
+          if (twins && !merged) return compute<Id>();
           const W v = compute<Id>();
           store_v(scratch + plan.cache_slot[Id] * width + j, v);
           return v;
@@ -491,8 +543,7 @@ struct basic_program {
     const std::size_t col_blocks = (width + col_block - 1) / col_block;
     const std::size_t rows_per_task = std::max<std::size_t>(1, detail::min_task_elems / width);
     const std::size_t row_tasks = (rows + rows_per_task - 1) / rows_per_task;
-    const std::size_t scratch_stride = (plan.row_scratch_elems * sizeof(T) + 63) / 64 * 64;
-    (void)scratch_stride;
+    const bool merged = !kn.twins || twins_equal<K>(f);
     auto task = [&](std::size_t t, unsigned worker) {
       row_addressing a = proto;
       T* scratch = reinterpret_cast<T*>(f.workspace + worker * workspace_row_scratch_stride(f));
@@ -501,8 +552,8 @@ struct basic_program {
       const std::size_t c0 = cb * col_block, c1 = std::min(width, c0 + col_block);
       for (std::size_t r = r0; r < r1; ++r) {
         a.at_row(space, r, all_ids.first.data(), all_ids.second);
-        if (contig) row<K, true>(a, f, scratch, c0, c1, width);
-        else row<K, false>(a, f, scratch, c0, c1, width);
+        if (contig) row<K, true>(a, f, scratch, c0, c1, width, merged);
+        else row<K, false>(a, f, scratch, c0, c1, width, merged);
       }
     };
     f.pool->parallel_for(row_tasks * col_blocks, task);
@@ -515,21 +566,21 @@ struct basic_program {
   /// One row of a rows kernel over columns [c0, c1) (the whole row when it has passes).
   template <int K, bool Contig>
   static void row(const row_addressing& a, const frame_t& f, T* scratch, std::size_t c0, std::size_t c1,
-                  std::size_t width) {
+                  std::size_t width, bool merged) {
     constexpr plan::kernel kn = plan.kernels[K];
     constexpr int G = kn.group;
     static constexpr id_list steps = row_steps(G);
     T rs[N > 0 ? N : 1];
     // Reductions and per-row scalars, in order.
     [&]<int... S>(std::integer_sequence<int, S...>) {
-      (step<G, steps.id[S], Contig>(a, f, rs, scratch, width), ...);
+      (step<G, steps.id[S], Contig>(a, f, rs, scratch, width, merged), ...);
     }(std::make_integer_sequence<int, steps.size>{});
     // Output pass.
     static constexpr id_list outs = group_outputs(G, true);
     static constexpr id_list souts = group_outputs(G, false);
     if constexpr (outs.size > 0) {
       auto write = [&]<class W>(std::size_t j) {
-        evaluator<group_of<K>, passes_of<K>, W, Contig> e{a, rs, scratch, width, f.payload, j};
+        evaluator<group_of<K>, passes_of<K>, W, Contig> e{a, rs, scratch, width, f.payload, j, merged};
         [&]<int... O>(std::integer_sequence<int, O...>) {
           ((Contig ? store_v(const_cast<T*>(a.ptr[outs.id[O]]) + j, e.template get<outs.id[O]>())
                    : store_v(const_cast<T*>(a.ptr[outs.id[O]]) + static_cast<std::ptrdiff_t>(j) * a.inner[outs.id[O]],
@@ -549,14 +600,20 @@ struct basic_program {
 
   /// A reduction pass over the row, or a per-row scalar.
   template <int G, int Id, bool Contig>
-  static void step(const row_addressing& a, const frame_t& f, T* rs, T* scratch, std::size_t width) {
+  static void step(const row_addressing& a, const frame_t& f, T* rs, T* scratch, std::size_t width, bool merged) {
     constexpr auto nd = nodes[Id];
+    if constexpr (plan.kernels[plan.kernel_of[Id]].twins && plan.same_as[Id] >= 0) {
+      if (merged) {  // its first's pass or step came earlier in this row
+        rs[Id] = rs[plan.same_as[Id]];
+        return;
+      }
+    }
     if constexpr (nd.desc.kind == node_kind::reduce) {
       using Op = typename graph::template type_of<Id>::op;
       constexpr int in = nd.inputs[0];
       constexpr int P = plan.pass[Id];
       auto at = [&]<class W>(std::size_t j) {
-        return evaluator<G, P, W, Contig>{a, rs, scratch, width, f.payload, j}.template get<in>();
+        return evaluator<G, P, W, Contig>{a, rs, scratch, width, f.payload, j, merged}.template get<in>();
       };
       std::size_t j = 0;
       T total = Op::template identity<T>();
@@ -575,7 +632,7 @@ struct basic_program {
       for (; j < width; ++j) total = Op::combine(total, at.template operator()<T>(j));
       rs[Id] = Op::finalize(total, width);
     } else {
-      rs[Id] = evaluator<G, 0, T, Contig>{a, rs, scratch, width, f.payload, 0}.template compute<Id>();
+      rs[Id] = evaluator<G, 0, T, Contig>{a, rs, scratch, width, f.payload, 0, merged}.template compute<Id>();
     }
   }
 
@@ -781,7 +838,7 @@ struct basic_program {
     if constexpr (nodes[I].desc.kind == node_kind::opaque) {
       using E = typename graph::template type_of<I>;
       using Arg = std::remove_cvref_t<decltype(std::declval<const E&>().arg)>;
-      const auto* node = static_cast<const E*>(f.payload[nodes[I].payload_slot]);
+      const auto* node = static_cast<const E*>(static_cast<const opaque_base*>(f.payload[nodes[I].payload_slot]));
       const strided<T>& in = f.loc[nodes[I].inputs[0]];
       const tensor<T, shape_of_t<Arg>> view(storage_ptr{}, in.data, in.shape, in.stride);
       typename E::result_type out = node->fn(view);

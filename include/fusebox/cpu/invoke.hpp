@@ -143,6 +143,7 @@ void bind_and_run(typename Program::frame_t& f, Outs& outs, runtime& rt) {
   f.pool = rt.pool;
   f.arena = rt.arena.ensure(Program::arena_bytes);
   Program::bind_intermediates(f);
+  Program::number_values(f);
   const std::size_t ws = Program::all_static ? Program::workspace_bytes(rt.pool->size())
                                              : Program::workspace_bytes(rt.pool->size(), f);
   f.workspace = rt.workspace.ensure(ws);

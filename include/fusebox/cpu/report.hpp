@@ -26,6 +26,13 @@ inline std::string number(double v) {
   else std::snprintf(buf, sizeof buf, "%.0f ", v);
   return buf;
 }
+/// Node i reads an earlier member of its row group when the call's values agree (plan step 5):
+/// reports list the value once.
+template <class P>
+constexpr bool group_twin(std::size_t i) {
+  const int f = P::plan.same_as[i];
+  return f >= 0 && P::plan.group[f] >= 0 && P::plan.group[f] == P::plan.group[i];
+}
 }  // namespace detail
 
 /// The fused ops of kernel k of program P, as explain() lists them and the profiler names the
@@ -38,7 +45,7 @@ std::string kernel_ops(int k) {
   auto members = [&](int group) {
     std::string s;
     for (std::size_t i = 0; i < P::N; ++i)
-      if (plan.group[i] == group) s += std::string(s.empty() ? "" : ", ") + nodes[i].desc.name;
+      if (plan.group[i] == group && !detail::group_twin<P>(i)) s += std::string(s.empty() ? "" : ", ") + nodes[i].desc.name;
     return s;
   };
   switch (kn.kind) {
@@ -93,12 +100,30 @@ std::string describe(unsigned threads) {
       }
     };
     std::string loop;
+    if (kn.skippable) {
+      // Every value it writes is an earlier kernel's when the call's payloads agree (value
+      // numbering, plan step 5): listed once, there.
+      int first = -1;
+      for (std::size_t i = 0; i < P::N && first < 0; ++i)
+        if (plan.kernel_of[i] == k && plan.same_as[i] >= 0) first = plan.kernel_of[plan.same_as[i]];
+      char line[160];
+      std::snprintf(line, sizeof line,
+                    "  kernel %d [%s] = kernel %d where the payloads it holds are the same (checked per call: then skipped)\n", k,
+                    plan::name(kn.kind), first);
+      s += line;
+      continue;
+    }
     if (kn.kind == plan::kernel_kind::rows || kn.kind == plan::kernel_kind::reduce_cols) {
+      int passes = 0;
       for (std::size_t i = 0; i < P::N; ++i)
-        if (plan.group[i] == kn.group) add_member(i);
+        if (plan.group[i] == kn.group && !detail::group_twin<P>(i)) {
+          add_member(i);
+          passes += nodes[i].desc.kind == node_kind::reduce;
+        }
       add_reads(kn.group);
       loop = (kn.kind == plan::kernel_kind::rows ? "rows over " : "column reduction over ") + to_string(kn.space);
-      if (kn.passes) loop += ", " + std::to_string(kn.passes) + " reduction pass(es) + output pass per row";
+      if (kn.kind == plan::kernel_kind::rows && passes)
+        loop += ", " + std::to_string(passes) + " reduction pass(es) + output pass per row";
       if (kn.cached) loop += ", " + std::to_string(kn.cached) + " row(s) kept in scratch";
     } else if (kn.kind == plan::kernel_kind::matmul) {
       const int m = kn.node;

@@ -16,6 +16,7 @@
 // Depends on: core/, meta/type_list.hpp, expr/static_checks.hpp.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <source_location>
@@ -211,10 +212,10 @@ constexpr matmul_shape_result matmul_shape(const dims& a, const dims& b) {
     r.rank_ok = false;
     return r;
   }
-  const std::size_t ka = a.back(0), kb = b.back(1);
   // An extent that is not a number (dyn at capture, a symbol when specialising) meets anything, as
   // in broadcast(): capture may compare a bound argument's extent (7) with a computed operand's
   // dyn one, and the run-time path checks them again on the call's extents (jit/specialize.hpp).
+  const std::size_t ka = a.back(0), kb = b.back(1);
   r.inner_ok = ka == kb || !is_known_extent(ka) || !is_known_extent(kb);
   const std::size_t ba = a.rank == 3 ? a.extent[0] : 1, bb = b.rank == 3 ? b.extent[0] : 1;
   if (ba != bb && ba != 1 && bb != 1 && is_known_extent(ba) && is_known_extent(bb)) r.rank_ok = false;
@@ -335,10 +336,26 @@ struct view_node : expr_base {
   const auto& child() const { return arg; }
 };
 
+/// A number per capture of a user function, shared by the copies of that capture: composites
+/// copy their operand (softmax four times) and the user may read one result twice, and those
+/// copies are one call of the function; two opaque() calls are two, even on equal arguments
+/// (the function may count, log or draw random numbers). Value numbering (ir/value_numbers.hpp)
+/// compares these, since functions cannot be compared.
+inline std::uint64_t next_capture_id() noexcept {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+/// What every opaque node has whatever its function: the capture it comes from. A non-template
+/// base, so code that knows only that a payload is an opaque node can read it.
+struct opaque_base : expr_base {
+  std::uint64_t capture_id = next_capture_id();
+};
+
 /// A user function run on a concrete tensor: a graph break inside a compiled model.
 /// Out is the tensor type Fn returns.
 template <class Fn, class Arg, class Out>
-struct opaque_node : expr_base {
+struct opaque_node : opaque_base {
   using value_type = typename Out::value_type;
   using children = meta::type_list<Arg>;
   using result_type = Out;

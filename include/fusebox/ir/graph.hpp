@@ -6,6 +6,8 @@
 // function stays one node per occurrence, because two occurrences of one type may hold different
 // values (`x * 0.5 + x * 0.7`). `payload_slot` numbers the payload nodes in the same post-order,
 // and `collect_payloads` walks an expression object in that order at run time to find them.
+// A node that holds a payload links to the earlier occurrences of its type (`twin`), so that the
+// call can find which of them are one value (ir/value_numbers.hpp).
 //
 // `graph<Roots...>::node_types` maps a node id back to its expression type, for the kernels.
 // Depends on: expr/node.hpp, meta/type_list.hpp.
@@ -37,6 +39,10 @@ struct node {
   int payload_slot = -1;      ///< tensor, scalar and opaque nodes: index into the call's payload table
   const void* type = nullptr;  ///< meta::type_tag of the expression type
   bool mergeable = false;
+  /// A node that holds a payload: the last earlier node of the same expression type, or -1.
+  /// Following `twin` visits every earlier occurrence of the type, which are the same value as
+  /// this one exactly when their payloads are equal: only the call can tell (ir/value_numbers.hpp).
+  int twin = -1;
 };
 
 constexpr bool is_payload_kind(node_kind k) {
@@ -125,6 +131,15 @@ constexpr int first_index(meta::type_list<All...>) {
   return found;
 }
 
+/// The position of E's last occurrence in All before position `end`, or -1 (a payload node's
+/// twin: ids are positions in All, since lower_into walks the tree as `collect` did).
+template <class E, class... All>
+constexpr int last_index_before(meta::type_list<All...>, int end) {
+  int i = 0, found = -1;
+  ((found = i < end && std::is_same_v<E, All> ? i : found, ++i), ...);
+  return found;
+}
+
 template <class E, class All, std::size_t N>
 constexpr int lower_into(builder<N>& b) {
   if constexpr (!E::has_payload) {
@@ -140,6 +155,7 @@ constexpr int lower_into(builder<N>& b) {
   [&]<class... C>(meta::type_list<C...>) {
     ((n.inputs[n.n_inputs++] = lower_into<C, All>(b)), ...);
   }(typename E::children{});
+  if constexpr (E::has_payload) n.twin = last_index_before<E>(All{}, b.count);
   if constexpr (is_payload_kind(E::desc.kind)) n.payload_slot = b.payloads++;
   b.nodes[b.count] = n;
   return b.count++;
@@ -198,7 +214,9 @@ template <class E>
 void collect_payloads(const E& e, const void** slots, int& k) {
   if constexpr (E::has_payload) {
     for_each_child(e, [&](const auto& c) { collect_payloads(c, slots, k); });
-    if constexpr (is_payload_kind(E::desc.kind)) slots[k++] = &e;
+    // An opaque node's payload is read through opaque_base where its function's type is unknown.
+    if constexpr (E::desc.kind == node_kind::opaque) slots[k++] = static_cast<const opaque_base*>(&e);
+    else if constexpr (is_payload_kind(E::desc.kind)) slots[k++] = &e;
   }
 }
 

@@ -6,13 +6,14 @@
 // computed again: W4's attention ran its projections three times and its score product four.
 //
 // At run time the values are known. `payload_classes` numbers a call's payload values (equal
-// scalars by bits, captured tensors by address, shape and strides; user functions never equal),
+// scalars by bits, captured tensors by address, shape and strides, user functions by capture:
+// ir::same_payload, the equality the static path uses too),
 // the guard keeps those numbers (a specialisation is valid only while the same values are equal),
 // and `merge_duplicates` rewrites the graph so that a node equal to an earlier one (same type,
 // same inputs after merging, same payload class) is computed once: its consumers read the
 // earlier node, and it becomes an unused leaf like the padding. Node ids do not move, so frames,
 // payload slots and plans keep indexing the same array.
-// Depends on: core/tensor.hpp, expr/node.hpp, ir/graph.hpp.
+// Depends on: core/tensor.hpp, expr/node.hpp, ir/{graph,value_numbers}.hpp.
 #pragma once
 
 #include <array>
@@ -23,6 +24,7 @@
 #include "fusebox/core/tensor.hpp"
 #include "fusebox/expr/node.hpp"
 #include "fusebox/ir/graph.hpp"
+#include "fusebox/ir/value_numbers.hpp"
 
 namespace fusebox::jit {
 
@@ -33,18 +35,7 @@ template <class T, std::size_t N>
 std::vector<int> payload_classes(const std::array<ir::node, N>& nodes, const void* const* payload,
                                  const strided<T>* loc) {
   std::vector<int> cls(N, -1);
-  auto equal = [&](std::size_t i, std::size_t j) {
-    const ir::node &a = nodes[i], &b = nodes[j];
-    if (a.type != b.type || a.desc.kind == node_kind::opaque) return false;  // a user function may differ per call
-    if (a.desc.kind == node_kind::scalar)
-      return std::memcmp(&static_cast<const scalar_leaf<T>*>(payload[a.payload_slot])->value,
-                         &static_cast<const scalar_leaf<T>*>(payload[b.payload_slot])->value, sizeof(T)) == 0;
-    const strided<T>&va = loc[i], &vb = loc[j];  // captured tensors: the same memory, read the same way
-    if (va.data != vb.data || !(va.shape == vb.shape)) return false;
-    for (std::size_t d = 0; d < va.shape.rank; ++d)
-      if (va.stride[d] != vb.stride[d]) return false;
-    return true;
-  };
+  auto equal = [&](std::size_t i, std::size_t j) { return ir::same_payload(nodes, i, j, payload, loc); };
   std::vector<std::size_t> seen;  // payload nodes that start a class
   for (std::size_t i = 0; i < N; ++i) {
     if (nodes[i].payload_slot < 0 || !ir::is_payload_kind(nodes[i].desc.kind)) continue;
@@ -76,7 +67,7 @@ std::array<ir::node, N> merge_duplicates(std::array<ir::node, N> nodes, const st
   auto same = [&](std::size_t i, std::size_t j) {
     const ir::node &a = nodes[i], &b = nodes[j];
     if (a.type == nullptr || a.type != b.type || a.n_inputs != b.n_inputs) return false;
-    if (a.desc.kind == node_kind::opaque || a.desc.kind == node_kind::input) return false;  // inputs merge at lowering
+    if (a.desc.kind == node_kind::input) return false;  // inputs merge at lowering
     for (int k = 0; k < a.n_inputs; ++k)
       if (a.inputs[k] != b.inputs[k]) return false;
     if (ir::is_payload_kind(a.desc.kind)) return i < classes.size() && classes[i] >= 0 && classes[i] == classes[j];

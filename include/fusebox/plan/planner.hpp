@@ -23,16 +23,25 @@
 //                 its epilogue.
 //   3. materialise a node gets memory when it is an output or read by another kernel.
 //   4. order      kernels in dependency order (Kahn's algorithm, smallest node id first).
-//   5. row cache  inside a row group, a costly node needed by two or more passes is stored in a
+//   5. twins      (static path) nodes of one expression type that hold payloads are linked
+//                 (ir::node::twin) and are one value when the call's payloads are equal, which
+//                 only the call can tell (ir/value_numbers.hpp). A kernel whose every product has
+//                 a twin written by an earlier kernel is `skippable`; a row-group member whose
+//                 twin is in the same group reads it (`same_as`), and steps 6 and 7 plan for
+//                 that. The runner checks the numbers per call and, where they differ, runs the
+//                 kernel and computes every member itself (cpu/executor.hpp).
+//   6. row cache  inside a row group, a costly node needed by two or more passes is stored in a
 //                 per-thread row scratch the first time and read back later.
-//   6. arena      liveness over the kernel order; first-fit offsets; the arena size is the result.
-// Depends on: ir/graph.hpp.
+//   7. arena      liveness over the kernel order (a node's `same_as` lives as long as the node's
+//                 readers); first-fit offsets; the arena size is the result.
+// Depends on: ir/{graph,value_numbers}.hpp.
 #pragma once
 
 #include <array>
 #include <cstddef>
 
 #include "fusebox/ir/graph.hpp"
+#include "fusebox/ir/value_numbers.hpp"
 
 namespace fusebox::plan {
 
@@ -53,6 +62,10 @@ struct kernel {
   dims space{};       ///< the index space its loops run over
   int passes = 0;     ///< rows: number of reduction passes before the output pass
   int cached = 0;     ///< rows: nodes kept in the row scratch
+  bool twins = false;      ///< rows: members read an earlier member's value when the call numbers them
+                           ///< equal (same_as); the row cache is planned for that case
+  bool skippable = false;  ///< everything it writes is an earlier kernel's value when the call
+                           ///< numbers them equal (same_as): the call then skips it
 };
 
 /// A kernel over a rank-0 space (one element: a loss, a reduction to a scalar times a constant) as
@@ -71,6 +84,11 @@ struct plan_t {
   std::array<int, N> pass{};           ///< reduce members: their pass; cached nodes: first pass
   std::array<int, N> cache_slot{};     ///< -1 unless kept in the row scratch
   std::array<int, N> kernel_of{};      ///< the kernel that computes the node, or -1
+  /// With value twins (make_plan's `twins`): the first node of this node's type, whose value this
+  /// node reads instead of computing its own when the call's value numbers say they are equal
+  /// (ir/value_numbers.hpp): a twin inside its first's row group, or a product of a skippable
+  /// kernel. -1 for every other node.
+  std::array<int, N> same_as{};
   std::array<std::size_t, N> offset{};  ///< arena offset in bytes, or no_offset
   std::array<kernel, N + 1> kernels{};
   int n_kernels = 0;
@@ -233,6 +251,10 @@ constexpr void assign_arena(plan_t<N>& p, const std::array<ir::node, N>& nodes, 
       if (ki > last_use[src]) last_use[src] = ki;
     }
   }
+  // A node that may read an earlier node's value (same_as) keeps that value's buffer as long as
+  // its own readers run.
+  for (int i = n; i-- > 0;)
+    if (p.same_as[i] >= 0 && last_use[i] > last_use[p.same_as[i]]) last_use[p.same_as[i]] = last_use[i];
   // A copy kernel (an output that is a view, e.g. a transposed weight's gradient) reads the
   // view's source: keep that buffer until the copy ran, or a later kernel may reuse its bytes.
   for (int ki = 0; ki < p.n_kernels; ++ki)
@@ -278,12 +300,15 @@ constexpr void assign_arena(plan_t<N>& p, const std::array<ir::node, N>& nodes, 
 }
 
 /// The whole planner: nodes in, plan out. `outputs` are the model's results; `elem_bytes` the size of
-/// one element.
+/// one element. `twins`: plan for nodes of one type holding one value (ir::node::twin) being
+/// computed once, which the runner checks per call (value twins, step 7); the run-time path has
+/// merged them before planning and passes false.
 template <std::size_t N, std::size_t R>
 constexpr plan_t<N> make_plan(const std::array<ir::node, N>& nodes, const std::array<int, R>& outputs,
-                              std::size_t elem_bytes) {
+                              std::size_t elem_bytes, bool twins = false) {
   plan_t<N> p{};
   constexpr int n = static_cast<int>(N);
+  for (int i = 0; i < n; ++i) p.same_as[i] = -1;
 
   // ---- 1. group ----
   detail::grouping<N> g{nodes};
@@ -353,6 +378,14 @@ constexpr plan_t<N> make_plan(const std::array<ir::node, N>& nodes, const std::a
       else if (grp == -2) grp = gc;
     }
     if (grp < 0 || g.kind[grp] != 0 || !(g.space[grp] == nodes[m].desc.shape) || epilogue_of_group[grp] >= 0) continue;
+    // A product the group also reads through a twin (`h + relu(h)`, h = x·W with W captured)
+    // stays a kernel of its own: as an epilogue it would not keep its value, and the twin would
+    // be a second product instead of a skipped one (step 5).
+    bool twin_in_group = false;
+    for (int t = 0; twins && t < n && !twin_in_group; ++t)
+      if (t != m && ir::first_twin(nodes, t) == ir::first_twin(nodes, m))
+        for (int c = 0; c < n && !twin_in_group; ++c) twin_in_group = g.consumers_of[t][c] && p.group[c] == grp;
+    if (twin_in_group) continue;
     int outs = 0;
     for (int i = 0; i < n; ++i) outs += p.group[i] == grp && p.materialised[i];
     if (outs != 1) continue;
@@ -445,7 +478,37 @@ constexpr plan_t<N> make_plan(const std::array<ir::node, N>& nodes, const std::a
     }
   }
 
-  // ---- 5. passes and the row cache ----
+  // ---- 5. value twins: kernels whose every product is an earlier kernel's value ----
+  // A kernel whose every product (a materialised node it writes: not an output, which must be
+  // written, nor a matmul writing into its epilogue) has a twin first computed by an earlier
+  // kernel that keeps it in memory of its own is skipped by a call whose value numbers say they
+  // are equal: its products then point at the earlier values (a captured weight's product used
+  // twice, an opaque() result that softmax copies four times).
+  auto first_of = [&](int i) { return twins ? ir::first_twin(nodes, i) : i; };
+  auto own_value = [&](int f) {  // f's memory holds f's value for the rest of the call
+    const node_kind fk = nodes[f].desc.kind;
+    if (!p.materialised[f] || p.kernel_of[f] < 0 || ir::is_leaf_kind(fk) || fk == node_kind::view) return false;
+    const kernel& kf = p.kernels[p.kernel_of[f]];
+    return !((fk == node_kind::matmul || fk == node_kind::spatial) && kf.node == f && kf.group >= 0);
+  };
+  for (int ki = 0; twins && ki < p.n_kernels; ++ki) {
+    kernel& k = p.kernels[ki];
+    if (k.kind == kernel_kind::copy) continue;
+    bool all = true;
+    int products = 0;
+    for (int i = 0; i < n && all; ++i) {
+      if (p.kernel_of[i] != ki || !own_value(i)) continue;
+      const int f = first_of(i);
+      all = !p.is_output[i] && f != i && p.kernel_of[f] >= 0 && p.kernel_of[f] < ki && own_value(f);
+      ++products;
+    }
+    k.skippable = all && products > 0;
+    if (!k.skippable) continue;
+    for (int i = 0; i < n; ++i)
+      if (p.kernel_of[i] == ki && own_value(i)) p.same_as[i] = first_of(i);
+  }
+
+  // ---- 6. passes and the row cache (and twins inside a row group) ----
   for (int ki = 0; ki < p.n_kernels; ++ki) {
     kernel& k = p.kernels[ki];
     if (k.kind != kernel_kind::rows) continue;
@@ -453,9 +516,25 @@ constexpr plan_t<N> make_plan(const std::array<ir::node, N>& nodes, const std::a
     for (int i = 0; i < n; ++i)
       if (p.group[i] == k.group && nodes[i].desc.kind == node_kind::reduce) p.pass[i] = passes++;
     k.passes = passes;
+    // A member whose type's first occurrence is in this group too reads that value when the call
+    // numbers them equal; the cache below is planned for that case (a call where they differ
+    // computes every member inline and uses no scratch: cpu/executor.hpp). layer_norm's output,
+    // which softmax copies into each of its passes, is one value computed in the first.
+    auto group_twin = [&](int i) {
+      const int f = first_of(i);
+      return f != i && p.group[f] == k.group && p.same_as[i] < 0 ? f : -1;
+    };
+    for (int i = 0; i < n; ++i)
+      if (p.group[i] == k.group && group_twin(i) >= 0) {
+        p.same_as[i] = group_twin(i);
+        k.twins = true;
+      }
     if (passes == 0) continue;
-    // uses[i]: bit set of passes that need node i computed inline.
+    auto is_twin = [&](int i) { return k.twins && p.same_as[i] >= 0 && p.group[p.same_as[i]] == k.group; };
+    // uses[i]: bit set of passes that need node i computed inline; twin_uses[f]: those of f's
+    // twins, which read f.
     std::array<unsigned, N> uses{};
+    std::array<unsigned, N> twin_uses{};
     std::array<int, N> cost{};
     for (int i = 0; i < n; ++i) {
       if (p.group[i] != k.group || nodes[i].desc.kind != node_kind::pointwise || p.row_constant[i]) continue;
@@ -467,12 +546,17 @@ constexpr plan_t<N> make_plan(const std::array<ir::node, N>& nodes, const std::a
     }
     for (int i = n - 1; i >= 0; --i) {
       if (p.group[i] != k.group || nodes[i].desc.kind != node_kind::pointwise || p.row_constant[i]) continue;
-      unsigned u = p.materialised[i] ? (1u << passes) : 0u;
+      unsigned u = (p.materialised[i] ? (1u << passes) : 0u) | twin_uses[i];
       for (int c = 0; c < n; ++c) {
-        if (!g.consumers_of[i][c] || p.group[c] != k.group) continue;
+        if (!g.consumers_of[i][c] || p.group[c] != k.group || is_twin(c)) continue;  // a twin reads its first
         if (nodes[c].desc.kind == node_kind::reduce) u |= 1u << p.pass[c];
         else if (p.cache_slot[c] >= 0) u |= 1u << p.pass[c];
         else u |= uses[c];
+      }
+      if (is_twin(i)) {
+        twin_uses[p.same_as[i]] |= u;
+        p.pass[i] = passes;
+        continue;
       }
       uses[i] = u;
       int first = 0;
@@ -493,11 +577,12 @@ constexpr plan_t<N> make_plan(const std::array<ir::node, N>& nodes, const std::a
         const int in = nodes[i].inputs[q];
         if (p.group[in] == k.group && !p.materialised[in] && p.cache_slot[in] < 0) cost[i] += cost[in];
       }
+      if (is_twin(i)) cost[i] = cost[p.same_as[i]];
       if (p.cache_slot[i] >= 0) p.cache_slot[i] = cost[i] >= 8 ? k.cached++ : -1;
     }
   }
 
-  // ---- 6. arena (once every size is known; the run-time path calls it per concrete size) ----
+  // ---- 7. arena (once every size is known; the run-time path calls it per concrete size) ----
   bool sizes_known = true;
   for (int i = 0; i < n; ++i) sizes_known = sizes_known && nodes[i].desc.shape.is_static();
   if (sizes_known) assign_arena(p, nodes, elem_bytes);
