@@ -238,6 +238,7 @@ class kernel_store {
     std::shared_ptr<temp_directory> dir;  // private; first on the kernel compiler's include path
     std::filesystem::path file;           // the .gch: a disk-cache entry's payload, or in `dir`
     std::string sha256;                   // of `file` when built here (a cache entry records its own)
+    cache_key key;                        // its disk-cache key (headers as they were at start-up)
     bool in_cache = false;
     struct stat seen {};                  // `file` when last verified: a change means verify again
   };
@@ -289,7 +290,7 @@ class kernel_store {
   /// Why the prelude in use no longer matches what was published or built, or nullopt.
   std::optional<std::string> pch_damage(const prelude_pch& p) {
     if (p.in_cache) {
-      const disk_lookup found = disk_.find(prelude_key(*compiler_));  // removes a bad entry
+      const disk_lookup found = disk_.find(p.key);  // removes a bad entry
       if (found.path && *found.path == p.file) return std::nullopt;
       return found.reason.empty() ? std::string("not in the disk cache any more") : found.reason;
     }
@@ -382,18 +383,20 @@ class kernel_store {
       if (include.empty()) return std::nullopt;
       const cache_key key = prelude_key(*compiler_);
       prelude_pch p;
+      p.key = key;
       p.dir = std::make_shared<temp_directory>(detail::temp_root(), "fusebox-pch-");
       const auto jit_dir = p.dir->path() / "fusebox" / "jit";
       for (const auto& d : {p.dir->path() / "fusebox", jit_dir})
         if (::mkdir(d.c_str(), 0700) != 0) detail::throw_io("cannot create directory", d);
       const auto gch = jit_dir / "prelude.hpp.gch";
       if (disk_.enabled()) {
+        // stat before the content check: a change after it shows at the next compile.
+        ::stat((disk_.entry_directory(key) / "artifact.so").c_str(), &p.seen);
         const disk_lookup found = disk_.find(key);
         if (found.path) {
           std::filesystem::create_symlink(*found.path, gch);
           p.file = *found.path;
           p.in_cache = true;
-          ::stat(p.file.c_str(), &p.seen);  // just after the check (a change in between: verified again)
           return p;
         }
         if (found.status == disk_status::corrupt || found.status == disk_status::wrong_key)
@@ -423,6 +426,7 @@ class kernel_store {
       }
       std::filesystem::remove(log_file, ec);
       p.file = gch;
+      ::stat(gch.c_str(), &p.seen);
       p.sha256 = sha256_of_file(gch);
       if (disk_.enabled())
         if (const auto stored = disk_.store(key, gch)) {
@@ -431,8 +435,8 @@ class kernel_store {
           std::filesystem::create_symlink(*stored, gch);
           p.file = *stored;
           p.in_cache = true;
+          ::stat(p.file.c_str(), &p.seen);  // written from the bytes hashed above, then checked on a change
         }
-      ::stat(p.file.c_str(), &p.seen);
       log(log_category::kernels,
           "precompiled the kernel prelude in " +
               std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()) +
