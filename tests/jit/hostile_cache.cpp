@@ -14,8 +14,9 @@
 // mount(2) is not allowed). Tests that need a second user (chown to nobody) or mounts need
 // root, as CI has; elsewhere they say so and skip.
 //
-// Cost: one model (exp(x) * y + x, one kernel) compiled at -O1; the precompiled prelude is
-// built four times (two concurrently), each other worker compiles one kernel or none.
+// Cost: one model (exp(x) * y + x, one kernel) compiled at -O1 against a snapshot of the headers;
+// the precompiled prelude is built five times (two concurrently), each other worker compiles one
+// kernel or none.
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
@@ -185,6 +186,7 @@ class suite {
                                "FUSEBOX_CACHE_MAX_BYTES", "FUSEBOX_DISABLE", "FUSEBOX_CXX", "FBT_DAMAGE_MIDWAY"})
         ::unsetenv(name);
       ::setenv("FUSEBOX_CXXFLAGS", "-O1", 1);
+      ::setenv("FUSEBOX_INCLUDE_DIR", (root() / "include").c_str(), 1);
       ::setenv("FUSEBOX_CACHE_DIR", (root() / "warm").c_str(), 1);
       ::setenv("TMPDIR", tmp().c_str(), 1);
       ::setenv("FBT_REPORT", (files / "report").c_str(), 1);
@@ -270,6 +272,10 @@ class suite {
     REQUIRE(::chmod(root().c_str(), 0755) == 0);  // others may look in (the plants are theirs)
     fs::create_directories(tmp());
     REQUIRE(::chmod(tmp().c_str(), 01777) == 0);
+    // The workers' kernels include a snapshot of the headers: the prelude's key hashes them, and
+    // in a shared checkout someone may edit one while this runs.
+    fs::create_directories(root() / "include");
+    fs::copy(jit::detail::fusebox_include_dir() / "fusebox", root() / "include" / "fusebox", fs::copy_options::recursive);
     // A shared object with a constructor: loading it at all is the failure.
     jit::host_compiler_options quick;
     quick.flags = {"-O0", "-std=c++20", "-fPIC", "-shared"};
@@ -513,7 +519,11 @@ TEST_CASE("hostile_cache: cache directories that are 0777 or 0755 or another use
     }
   }
   // A warm cache that became read-only is still used: lookups work, stores warn once.
-  if (::geteuid() == 0 && s.mount_tmpfs(base / "ro-warm", "size=160m,mode=0700")) {
+  std::uintmax_t warm_bytes = 0;
+  for (const auto& e : fs::recursive_directory_iterator(s.warm()))
+    if (e.is_regular_file()) warm_bytes += e.file_size();
+  if (::geteuid() == 0 &&
+      s.mount_tmpfs(base / "ro-warm", "size=" + std::to_string(warm_bytes / 1024 + 16384) + "k,mode=0700")) {
     fs::copy(s.warm(), base / "ro-warm", fs::copy_options::recursive);
     REQUIRE(::mount(nullptr, (base / "ro-warm").c_str(), nullptr, MS_REMOUNT | MS_RDONLY, nullptr) == 0);
     const auto hit = s.run({{"FUSEBOX_CACHE_DIR", (base / "ro-warm").string()}}, suite::warm_batch);
@@ -630,11 +640,33 @@ TEST_CASE("hostile_cache: a damaged precompiled prelude is rebuilt once with one
 TEST_CASE("hostile_cache: two processes compiling the same kernel at once", "[jit][hostile_cache]") {
   suite& s = suite::get();
   s.warm();
+  // Private prelude directories left by processes that died: ours whose maker is gone are
+  // removed by the next process that prepares a prelude; a live one's and another user's stay.
+  const pid_t dead = ::fork();
+  REQUIRE(dead >= 0);
+  if (dead == 0) ::_exit(0);
+  REQUIRE(::waitpid(dead, nullptr, 0) == dead);
+  const auto leftover = [&](const std::string& name, pid_t pid) {
+    const fs::path d = s.tmp() / name;
+    fs::create_directories(d / "fusebox" / "jit");
+    fs::permissions(d, fs::perms::owner_all);
+    write_file(d / "pid", std::to_string(pid));
+    return d;
+  };
+  const fs::path stale = leftover("fusebox-pch-stale1", dead);
+  const fs::path live = leftover("fusebox-pch-live01", ::getpid());
+  const fs::path theirs = leftover("fusebox-pch-their1", dead);
+  if (::geteuid() == 0) give_to(theirs, nobody);
   const std::size_t batch = s.fresh_batch();
   auto a = s.start({}, batch), b = s.start({}, batch);
   const auto ra = s.finish(a), rb = s.finish(b);
   check_worker(ra, 0);
   check_worker(rb, 0);
+  CHECK_FALSE(fs::exists(stale));
+  CHECK(fs::exists(live));
+  CHECK(fs::exists(theirs) == (::geteuid() == 0));  // not root: it was ours, and went
+  fs::remove_all(live);
+  fs::remove_all(theirs);
   CHECK(ra.number("kernels_compiled") + rb.number("kernels_compiled") >= 1);
   CHECK(fs::is_empty(s.warm() / "v1" / "tmp"));
   const auto next = s.run({}, batch);

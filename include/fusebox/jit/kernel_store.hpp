@@ -18,12 +18,14 @@
 // the file changed under us) is rebuilt once per process with one warning; a damaged kernel
 // entry is removed and recompiled, with one warning.
 // Depends on: jit/{host_compiler,disk_cache,memory_cache,cache_key,shared_library,counters,logs,
-// codegen_cpu,program,posix,hash}.hpp, version.hpp, POSIX (mkdir, read).
+// codegen_cpu,program,posix,hash}.hpp, version.hpp, POSIX (mkdir, read, stat, kill).
 #pragma once
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -384,7 +386,16 @@ class kernel_store {
       const cache_key key = prelude_key(*compiler_);
       prelude_pch p;
       p.key = key;
-      p.dir = std::make_shared<temp_directory>(detail::temp_root(), "fusebox-pch-");
+      remove_stale_pch_directories();
+      // Removed when the last user goes, by the process that made it only (a forked child that
+      // exits normally must not take its parent's prelude away).
+      const pid_t creator = ::getpid();
+      p.dir = std::shared_ptr<temp_directory>(new temp_directory(detail::temp_root(), "fusebox-pch-"),
+                                              [creator](temp_directory* d) {
+                                                if (::getpid() != creator) d->release();
+                                                delete d;
+                                              });
+      detail::write_new_file(p.dir->path() / "pid", std::to_string(creator));
       const auto jit_dir = p.dir->path() / "fusebox" / "jit";
       for (const auto& d : {p.dir->path() / "fusebox", jit_dir})
         if (::mkdir(d.c_str(), 0700) != 0) detail::throw_io("cannot create directory", d);
@@ -445,6 +456,31 @@ class kernel_store {
     } catch (const std::exception& e) {
       warn(std::string("fusebox: precompiled prelude unavailable (") + e.what() + "); compiling without it");
       return std::nullopt;
+    }
+  }
+
+  /// Private prelude directories that processes of this user left behind when they died (killed,
+  /// or _exit: no destructor ran): each holds the pid of its maker. Only ours (owner, 0700) go,
+  /// and only when that process is gone.
+  static void remove_stale_pch_directories() {
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(detail::temp_root(), ec), end; !ec && it != end; it.increment(ec)) {
+      const std::filesystem::path dir = it->path();
+      if (dir.filename().string().rfind("fusebox-pch-", 0) != 0) continue;
+      struct stat st {};
+      if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() ||
+          (st.st_mode & 07777) != 0700)
+        continue;
+      long pid = 0;
+      try {
+        pid = std::stol(detail::read_file(dir / "pid", 32));
+      } catch (const std::exception&) {
+        continue;  // being set up, or not one of ours
+      }
+      if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+        std::error_code ignored;
+        std::filesystem::remove_all(dir, ignored);
+      }
     }
   }
 
