@@ -13,9 +13,12 @@
 // Depends on: jit/{guard,specialize,kernel_store,program}.hpp, cpu/executor.hpp, options.hpp.
 #pragma once
 
+#include <algorithm>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fusebox/cpu/executor.hpp"
@@ -62,6 +65,32 @@ class dynamic_function {
     return out;
   }
 
+  /// opaque() nodes in the graph (graph breaks: jit/specialize.hpp) and the segment that computes the
+  /// model's outputs.
+  static constexpr std::size_t n_breaks = count_breaks(Prog::graph::nodes);
+  static constexpr int last_segment = std::numeric_limits<int>::max();
+
+  /// The padded graph with each opaque node naming its break entry among `n_entries` extents.
+  static std::array<ir::node, NB> numbered(std::size_t n_entries) {
+    std::array<ir::node, NB> g = padded(Prog::graph::nodes);
+    if constexpr (n_breaks > 0) number_breaks(g, n_entries - n_breaks);
+    return g;
+  }
+
+  /// The operands of the opaque() nodes of `level` (each once; the rest of the array repeats the
+  /// first): the roots of that segment.
+  static std::array<int, n_breaks> break_operands(const std::array<ir::node, NB>& g, const std::array<int, NB>& level,
+                                                  int at) {
+    std::array<int, n_breaks> roots{};
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < NB; ++i)
+      if (g[i].desc.kind == node_kind::opaque && level[i] == at && g[i].n_inputs > 0 &&
+          std::find(roots.begin(), roots.begin() + n, g[i].inputs[0]) == roots.begin() + n)
+        roots[n++] = g[i].inputs[0];
+    for (std::size_t k = n; k < n_breaks; ++k) roots[k] = roots[0];
+    return roots;
+  }
+
   /// Runs program p on a frame of Prog (inputs, payloads and outputs bound) for these extents.
   static void execute(const program_t& p, typename Prog::frame_t& f, const std::vector<dims>& extents,
                       cpu::runtime& rt) {
@@ -73,16 +102,27 @@ class dynamic_function {
       g.payload[i] = f.payload[i];
     }
     g.pool = rt.pool;
-    p.run(g, concrete, rt, [&f](int id, cpu::frame<T, NB>& gf) {
+    p.run(g, concrete, rt, [&f, &p](int id, cpu::frame<T, NB>& gf) { bind_break(p, f, id, gf); });
+  }
+
+  /// The host step of an opaque() kernel. Its function ran before the segment that reads it
+  /// (facts(): run_breaks), so the program's node is cut from its operand and only its result is
+  /// bound; a program built otherwise runs the function here.
+  static void bind_break(const program_t& p, typename Prog::frame_t& f, int id, cpu::frame<T, NB>& gf) {
+    if (p.graph[id].n_inputs != 0) {
       for (std::size_t i = 0; i < N; ++i) f.loc[i] = gf.loc[i];
       Prog::run_opaque_at(id, f);
       for (std::size_t i = 0; i < N; ++i) gf.loc[i] = f.loc[i];
-      gf.keep[id] = f.keep[id];
-    });
+    }
+    gf.loc[id] = f.loc[id];
+    gf.keep[id] = f.keep[id];
   }
 
-  /// The facts the guards check, read from a frame whose inputs are bound.
-  static call_facts facts(const typename Prog::frame_t& f, std::size_t n_args) {
+  /// The facts the guards check, read from a frame whose inputs are bound. With graph breaks
+  /// (opaque() nodes), their user functions run here, each after the segment that computes its
+  /// operand, and their results are bound in f: the extents they return are facts of the call
+  /// (break entries after the arguments, jit/specialize.hpp) that the rest is specialised for.
+  static call_facts facts(typename Prog::frame_t& f, std::size_t n_args) {
     call_facts c;
     c.extents.assign(n_args, dims{});
     c.unit_inner.assign(n_args, true);
@@ -100,7 +140,149 @@ class dynamic_function {
         if (n.desc.shape.extent[d] == dyn) c.dyn_mask[a] |= 1u << d;
     }
     c.payload_class = payload_classes<T>(Prog::nodes, f.payload, f.loc.data());
+    if constexpr (n_breaks > 0) run_breaks(f, c, n_args);
     return c;
+  }
+
+  /// Runs the graph breaks of a call, level by level (jit/specialize.hpp): the segment that
+  /// computes the operands of level L (specialised for the arguments and the results of lower
+  /// levels, guarded and cached like a call's program), then those opaque() functions, whose
+  /// results are checked against the declared type, bound in f and written to the break entries.
+  /// The CUDA target runs whole graphs only.
+  static void run_breaks(typename Prog::frame_t& f, call_facts& c, std::size_t n_args) {
+    if constexpr (on_cuda) {
+      throw invalid_argument("fusebox: a graph break (opaque user function or item()) in a model compiled for "
+                             "the CUDA backend; the CUDA backend runs whole graphs only");
+    } else {
+      for (std::size_t i = 0; i < N; ++i) {
+        const ir::node& n = Prog::nodes[i];
+        if (n.desc.kind != node_kind::opaque) continue;
+        std::uint32_t mask = 0;
+        for (std::size_t d = 0; d < n.desc.shape.rank; ++d)
+          if (n.desc.shape.extent[d] == dyn) mask |= 1u << d;
+        c.extents.push_back(dims{});  // unknown until its segment has run
+        c.unit_inner.push_back(true);
+        c.aligned.push_back(true);
+        c.dyn_mask.push_back(mask);
+      }
+      const auto g = merge_duplicates(numbered(c.extents.size()), c.payload_class, Prog::graph::outputs);
+      const auto level = break_levels(g);
+      int top = -1;
+      for (std::size_t i = 0; i < NB; ++i)
+        if (g[i].desc.kind == node_kind::opaque) top = std::max(top, level[i]);
+      for (int at = 0; at <= top; ++at) {
+        const auto prog = segment_program(c, at);
+        const auto concrete = specialise(prog->graph, c.extents);
+        const auto roots = break_operands(g, level, at);
+        cpu::frame<T, NB> seg;  // no copy_to: the roots stay where they are computed
+        for (std::size_t i = 0; i < N; ++i) {
+          seg.loc[i] = f.loc[i];
+          seg.payload[i] = f.payload[i];
+        }
+        // Computed roots get memory of their own, alive for the call (the segment's arena is
+        // reused, and a user function may return a view of its operand).
+        std::array<storage_ptr, NB> owned{};
+        for (int r : roots) {
+          const node_kind k = prog->graph[r].desc.kind;
+          if (owned[r] || ir::is_leaf_kind(k) || k == node_kind::view || k == node_kind::opaque) continue;
+          const dims& shape = concrete[r].desc.shape;
+          owned[r] = allocate_storage(std::max<std::size_t>(1, shape.size()) * sizeof(T));
+          seg.loc[r] = strided<T>{reinterpret_cast<T*>(owned[r].get()), shape, contiguous_strides(shape)};
+        }
+        cpu::runtime& rt = segment_runtime();
+        seg.pool = rt.pool;
+        prog->run(seg, concrete, rt, [&f, &prog](int id, cpu::frame<T, NB>& gf) { bind_break(*prog, f, id, gf); });
+        for (std::size_t o = 0; o < N; ++o) {
+          if (g[o].desc.kind != node_kind::opaque || level[o] != at) continue;
+          // The function reads its operand where the model's own graph has it (merging may have
+          // pointed the opaque node at an earlier copy of it).
+          const int r = g[o].inputs[0], own = Prog::nodes[o].inputs[0];
+          f.loc[own] = seg.loc[r];
+          if (owned[r]) f.keep[own] = owned[r];
+          Prog::run_opaque_at(static_cast<int>(o), f);
+          check_break_result(static_cast<int>(o), f);
+          c.extents[g[o].desc.input_index] = f.loc[o].shape;
+        }
+      }
+      // An opaque node merged into an earlier one (one capture, e.g. softmax's copies of its
+      // operand) is that one's value.
+      for (std::size_t o = 0; o < N; ++o) {
+        const int first = c.payload_class[o];
+        if (Prog::nodes[o].desc.kind != node_kind::opaque || first < 0 || first == static_cast<int>(o)) continue;
+        if (c.extents[n_args + break_rank(o)].rank != 0) continue;
+        c.extents[n_args + break_rank(o)] = c.extents[n_args + break_rank(static_cast<std::size_t>(first))];
+        f.loc[o] = f.loc[first];
+        f.keep[o] = f.keep[first];
+      }
+    }
+  }
+
+  /// Among the opaque() nodes, the rank of node o.
+  static std::size_t break_rank(std::size_t o) {
+    std::size_t j = 0;
+    for (std::size_t i = 0; i < o; ++i) j += Prog::nodes[i].desc.kind == node_kind::opaque;
+    return j;
+  }
+
+  /// The runtime segments run on (not the eager one: a user function's own eager ops use that).
+  static cpu::runtime& segment_runtime() {
+    thread_local cpu::runtime rt;
+    rt.pool = &cpu::shared_pool(std::max(1u, std::thread::hardware_concurrency()));
+    return rt;
+  }
+
+  /// The program of segment `at` for this call: one whose guard accepts it, or a new one (policy
+  /// automatic: a dimension that changed becomes symbolic). Kept per model type, a few per level.
+  static std::shared_ptr<const program_t> segment_program(const call_facts& c, int at) {
+    struct entry {
+      int at;
+      guard g;
+      std::shared_ptr<const program_t> prog;
+    };
+    static std::mutex mutex;
+    static std::vector<entry> entries;
+    std::lock_guard lock(mutex);
+    std::vector<guard> same_level;
+    for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+      if (it->at != at) continue;
+      if (it->g.matches(c)) return it->prog;
+      same_level.insert(same_level.begin(), it->g);
+    }
+    guard g = next_guard(c, fusebox::dynamic::automatic, same_level, {});
+    log(log_category::guards, "graph break segment " + std::to_string(at) + ": new specialisation " + g.text());
+    auto prog = build(g, false, at);
+    if (same_level.size() >= 8)
+      entries.erase(std::find_if(entries.begin(), entries.end(), [at](const entry& e) { return e.at == at; }));
+    entries.push_back({at, std::move(g), prog});
+    return prog;
+  }
+
+  /// Throws graph_break, naming the opaque() call, when the tensor its function returned does not
+  /// have the declared result type's rank and static extents.
+  static void check_break_result(int o, const typename Prog::frame_t& f) {
+    const dims& got = f.loc[o].shape;
+    const dims& declared = Prog::nodes[o].desc.shape;
+    bool ok = got.rank == declared.rank;
+    for (std::size_t d = 0; ok && d < declared.rank; ++d)
+      ok = !is_known_extent(declared.extent[d]) || got.extent[d] == declared.extent[d];
+    if (ok) return;
+    std::source_location site{};
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((static_cast<int>(I) == o ? void(site = break_site<I>(f)) : void()), ...);
+    }(std::make_index_sequence<N>{});
+    throw graph_break("opaque(): the function returned a tensor of extents " + to_string(got) +
+                          ", but the result type it declares has extents " + to_string(declared) +
+                          " (static extents must match; declare the ones that vary dyn)",
+                      site);
+  }
+  template <std::size_t I>
+  static std::source_location break_site(const typename Prog::frame_t& f) {
+    if constexpr (Prog::nodes[I].desc.kind == node_kind::opaque) {
+      using E = typename Prog::graph::template type_of<I>;
+      return static_cast<const E*>(static_cast<const opaque_base*>(f.payload[Prog::nodes[I].payload_slot]))->loc;
+    } else {
+      return {};
+    }
   }
 
   /// The program for this call, or null when the call must run eagerly (limit reached, or its
@@ -203,11 +385,27 @@ class dynamic_function {
 
   /// Specialises the graph to the guard's extents and plans it (the one planner); records which
   /// memory has unit inner stride.
+  /// `segment`: which part of a model with graph breaks (jit/specialize.hpp): last_segment, the
+  /// model's outputs with every opaque() node cut from its operand (the program a call selects),
+  /// or L, the operands of the opaque() nodes of level L (run_breaks).
   template <class P>
-  static void specialise_into(P& p, const guard& g) {
-    p.graph = merge_duplicates(padded(Prog::graph::nodes), g.payload_class, Prog::graph::outputs);
-    p.nodes = specialise(p.graph, g.pattern);
-    p.plan = plan::make_plan(p.nodes, Prog::graph::outputs, sizeof(T));
+  static void specialise_into(P& p, const guard& g, int segment = last_segment) {
+    p.graph = merge_duplicates(numbered(g.pattern.size()), g.payload_class, Prog::graph::outputs);
+    if constexpr (n_breaks > 0) {
+      const auto level = break_levels(p.graph);
+      if (segment != last_segment) {
+        const auto roots = break_operands(p.graph, level, segment);
+        p.graph = break_segment(p.graph, level, segment, roots);
+        p.nodes = specialise(p.graph, g.pattern);
+        p.plan = plan::make_plan(p.nodes, roots, sizeof(T));
+      } else {
+        p.graph = break_segment(p.graph, level, segment, Prog::graph::outputs);
+      }
+    }
+    if (segment == last_segment) {
+      p.nodes = specialise(p.graph, g.pattern);
+      p.plan = plan::make_plan(p.nodes, Prog::graph::outputs, sizeof(T));
+    }
     p.key = describe_graph(p.nodes);
     // Which memory has unit inner stride: arguments as guarded; our own buffers always; a
     // transpose of the last dimension never; anything the user hands back (graph breaks,
@@ -238,10 +436,10 @@ class dynamic_function {
 
   /// Specialise, plan and render the program of one guard (with fast math: kernels evaluate
   /// ops::fast_math_t of each op).
-  static prepared prepare(const guard& g, bool fast_math = false) {
+  static prepared prepare(const guard& g, bool fast_math = false, int segment = last_segment) {
     prepared out;
     auto p = std::make_shared<program_t>();
-    specialise_into(*p, g);
+    specialise_into(*p, g, segment);
     const dtype t = dtype_of<T>();
     for (int k = 0; k < p->plan.n_kernels; ++k) {
       if (!generated(p->plan.kernels[k])) continue;
@@ -261,11 +459,11 @@ class dynamic_function {
   /// Builds the program of one guard: prepare, then compile its kernels in one compiler run
   /// (the host compiler, or NVRTC for the CUDA target).
   /// `fast_math`: NVRTC --use_fast_math on the CUDA target, vmath::fast in generated host kernels.
-  static std::shared_ptr<const program_t> build(const guard& g, bool fast_math = false) {
+  static std::shared_ptr<const program_t> build(const guard& g, bool fast_math = false, int segment = last_segment) {
     if constexpr (on_cuda) {
       return build_cuda(g, fast_math);
     } else {
-      prepared p = prepare(g, fast_math);
+      prepared p = prepare(g, fast_math, segment);
       auto bins = kernel_store::instance().get_all(p.sources);
       return attach(std::move(p), std::move(bins));
     }

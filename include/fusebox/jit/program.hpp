@@ -92,7 +92,9 @@ struct program {
           opaque(kn.node, f);
           bind_views(nodes, f, concrete);
           break;
-        case plan::kernel_kind::copy: cpu::strided_copy(f.loc[kn.node], f.copy_to[kn.node]); break;
+        case plan::kernel_kind::copy:  // none for a segment's root that is a leaf or a view (jit/dynamic.hpp)
+          if (f.copy_to[kn.node].data) cpu::strided_copy(f.loc[kn.node], f.copy_to[kn.node]);
+          break;
         case plan::kernel_kind::spatial:
           run_spatial(f, concrete, k, kn, *rt.pool,
                       std::span<std::byte>(ws + scratch_stride * threads, f.workspace_bytes - scratch_stride * threads));

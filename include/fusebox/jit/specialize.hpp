@@ -4,6 +4,7 @@
 // Depends on: ir/graph.hpp, expr/node.hpp, ops/layout.hpp.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <string>
@@ -18,17 +19,105 @@
 
 namespace fusebox::jit {
 
-/// Node shapes for the given extents of each argument (index = input_index); throws shape_error
-/// when the extents do not fit the ops (a dyn dimension that turned out to clash).
+// ---- graph breaks ----
+// An opaque() node declares its result type, whose extents may be `dyn`; the real ones are what its
+// user function returns, known only once the part of the model before it has run. The run-time
+// path therefore runs a call in segments (jit/dynamic.hpp): segment L computes the operands of the
+// opaque() nodes of level L (those with L other opaque() results on their longest path from the
+// arguments), then their functions run; the last segment is the rest of the model, with every
+// opaque() node cut from its operand (its result is known). A call's extents list, after the
+// arguments, one "break entry" per opaque() node in node order: the extents its function returned
+// (rank 0 until it has run). A graph numbered by number_breaks holds its entry's index in each
+// opaque node's input_index; a model's own graph (input_index 0) finds them by counting from the end.
+
+template <std::size_t N>
+constexpr std::size_t count_breaks(const std::array<ir::node, N>& nodes) {
+  std::size_t c = 0;
+  for (const auto& n : nodes) c += n.desc.kind == node_kind::opaque;
+  return c;
+}
+
+/// Writes into each opaque node the index of its break entry (n_args + its rank among opaque nodes).
+template <std::size_t N>
+void number_breaks(std::array<ir::node, N>& nodes, std::size_t n_args) {
+  std::size_t j = 0;
+  for (auto& n : nodes)
+    if (n.desc.kind == node_kind::opaque) n.desc.input_index = n_args + j++;
+}
+
+/// Per node: its level, the most opaque() results on a path from the arguments to it (an opaque
+/// node's own result not counted: it is computed by the segment of its operand's level).
+template <std::size_t N>
+std::array<int, N> break_levels(const std::array<ir::node, N>& nodes) {
+  std::array<int, N> level{};
+  for (std::size_t i = 0; i < N; ++i)
+    for (int q = 0; q < nodes[i].n_inputs; ++q) {
+      const int p = nodes[i].inputs[q];
+      level[i] = std::max(level[i], level[p] + (nodes[p].desc.kind == node_kind::opaque ? 1 : 0));
+    }
+  return level;
+}
+
+/// The graph of one segment: opaque() nodes of a level below `level` cut from their operands
+/// (their results are bound before the segment runs), and every node none of `roots` needs turned
+/// into an unused leaf, as merge_duplicates does (ids do not move).
+template <std::size_t N, std::size_t R>
+std::array<ir::node, N> break_segment(std::array<ir::node, N> nodes, const std::array<int, N>& level, int below,
+                                      const std::array<int, R>& roots) {
+  for (std::size_t i = 0; i < N; ++i)
+    if (nodes[i].desc.kind == node_kind::opaque && level[i] < below) nodes[i].n_inputs = 0;
+  std::array<bool, N> needed{};
+  for (int r : roots) needed[static_cast<std::size_t>(r)] = true;
+  for (std::size_t i = N; i-- > 0;)
+    if (needed[i])
+      for (int q = 0; q < nodes[i].n_inputs; ++q) needed[static_cast<std::size_t>(nodes[i].inputs[q])] = true;
+  for (std::size_t i = 0; i < N; ++i)
+    if (!needed[i]) {
+      nodes[i] = ir::node{};
+      nodes[i].desc.kind = node_kind::scalar;
+      nodes[i].desc.name = "unused";
+    }
+  return nodes;
+}
+
+/// The break entry of opaque node n (the `j`th opaque node of `generic`) in `args`, or null when the
+/// call's extents hold none for it yet (its function has not run).
+template <std::size_t N>
+const dims* break_entry(const std::array<ir::node, N>& generic, const ir::node& n, std::size_t j,
+                        const std::vector<dims>& args) {
+  std::size_t at = n.desc.input_index;
+  if (at == 0) {  // a model's own graph: the entries are the last count_breaks() of args
+    const std::size_t b = count_breaks(generic);
+    if (args.size() <= b) return nullptr;
+    at = args.size() - b + j;
+  }
+  if (at >= args.size() || args[at].rank != n.desc.shape.rank || args[at].rank == 0) return nullptr;
+  return &args[at];
+}
+
+/// Node shapes for the given extents of each argument (index = input_index) and of each graph
+/// break (see above); throws shape_error when the extents do not fit the ops (a dyn dimension
+/// that turned out to clash).
 template <std::size_t N>
 std::array<ir::node, N> specialise(const std::array<ir::node, N>& generic, const std::vector<dims>& args) {
   std::array<ir::node, N> out = generic;
+  std::size_t breaks = 0;
   for (std::size_t i = 0; i < N; ++i) {
     ir::node& n = out[i];
     const auto in = [&](int q) -> const dims& { return out[n.inputs[q]].desc.shape; };
     switch (n.desc.kind) {
       case node_kind::input:
         n.desc.shape = args.at(n.desc.input_index);
+        break;
+      case node_kind::opaque:
+        if (const dims* got = break_entry(generic, n, breaks++, args)) {
+          for (std::size_t d = 0; d < got->rank; ++d)
+            if (is_known_extent(n.desc.shape.extent[d]) && got->extent[d] != n.desc.shape.extent[d])
+              throw shape_error("opaque(): its function returned extents " + to_string(*got) +
+                                    ", but its declared result type has " + to_string(n.desc.shape),
+                                std::source_location{});
+          n.desc.shape = *got;
+        }
         break;
       case node_kind::pointwise: {
         dims s = in(0);
@@ -140,7 +229,7 @@ std::array<ir::node, N> specialise(const std::array<ir::node, N>& generic, const
         }  // reshape: a static shape
         break;
       default:
-        break;  // tensor leaves, scalars and opaque results have static shapes
+        break;  // tensor leaves and scalars have static shapes
     }
   }
   return out;
