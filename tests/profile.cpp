@@ -21,14 +21,11 @@
 #include <variant>
 #include <vector>
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include "fusebox/fusebox.hpp"
 #include "fusebox/jit/posix.hpp"
 #include "fusebox/profile.hpp"
+
+#include "support/child.hpp"
 
 namespace profile = fusebox::profile;
 
@@ -404,31 +401,11 @@ TEST_CASE("profile: the JIT's one-off prelude build is a span of its own", "[pro
   const auto cache = scratch.path() / "cache";
   std::filesystem::create_directory(cache);
   std::filesystem::permissions(cache, std::filesystem::perms::owner_all);
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  std::vector<std::string> args = {self, "[profile-prelude-child]"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    const std::string_view v(*e);
-    if (v.rfind("FUSEBOX_CACHE_DIR=", 0) != 0 && v.rfind("FUSEBOX_JIT_PCH=", 0) != 0) env.emplace_back(v);
-  }
+  auto env = fbt::environment_without({"FUSEBOX_CACHE_DIR", "FUSEBOX_JIT_PCH"});
   env.push_back("FUSEBOX_CACHE_DIR=" + cache.string());
-  std::vector<char*> envp;
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, output.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  pid_t pid = -1;
-  REQUIRE(posix_spawn(&pid, self.c_str(), &actions, nullptr, argv.data(), envp.data()) == 0);
-  posix_spawn_file_actions_destroy(&actions);
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  const std::string text = slurp(output);
+  const auto child = fbt::run_self("[profile-prelude-child]", env, output);
+  const std::string& text = child.text;
   INFO(text);
-  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  CHECK(child.passed);
   CHECK(text.find("All tests passed") != std::string::npos);
 }

@@ -14,12 +14,12 @@
 #include <vector>
 
 #include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "fusebox/jit/logs.hpp"
 #include "fusebox/jit/posix.hpp"
+
+#include "../support/child.hpp"
 
 namespace jit = fusebox::jit;
 using jit::log_category;
@@ -151,27 +151,10 @@ TEST_CASE("logs: environment child", "[.][logs-env-child]") {
 TEST_CASE("logs: FUSEBOX_LOGS is read at start-up", "[jit][logs]") {
   jit::temp_directory scratch(jit::detail::temp_root(), "fusebox-test-logs-");
   const auto output = scratch.path() / "child.txt";
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  std::vector<std::string> args = {self, "[logs-env-child]"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::string setting = "FUSEBOX_LOGS=kernels,not_a_category,guards";
-  std::vector<char*> envp = {setting.data(), nullptr};
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, output.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0600);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  pid_t pid = -1;
-  REQUIRE(posix_spawn(&pid, self.c_str(), &actions, nullptr, argv.data(), envp.data()) == 0);
-  posix_spawn_file_actions_destroy(&actions);
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  std::ifstream in(output);
-  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const auto child = fbt::run_self("[logs-env-child]", {"FUSEBOX_LOGS=kernels,not_a_category,guards"}, output);
+  const std::string& text = child.text;
   INFO(text);
-  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  CHECK(child.passed);
   CHECK(text.find("unknown category 'not_a_category'") != std::string::npos);
   CHECK(text.find("All tests passed") != std::string::npos);
 }
