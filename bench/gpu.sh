@@ -30,6 +30,7 @@ for a in "$@"; do
   esac
 done
 build=${BUILD:-$root/build-gpu}
+cuda_tagged="fusebox_test_ops_special_values fusebox_test_compile_backend"
 jobs=$(nproc)
 export FUSEBOX_CACHE_DIR=${FUSEBOX_CACHE_DIR:-$build/fusebox-cache}
 step() { local t0=$SECONDS; echo "==> $1"; shift; "$@"; local rc=$?; echo "==> rc=$rc ($((SECONDS - t0)) s)"; return $rc; }
@@ -41,6 +42,8 @@ if [ $build_step = 1 ]; then
     -DCMAKE_PREFIX_PATH="$root/.deps/usr" >"$out/configure.log" 2>&1 || tail -30 "$out/configure.log"
   targets="bench_gpu"
   [ $tests = 1 ] && targets="$targets fusebox_test_cuda_loader fusebox_test_cuda_runtime fusebox_test_cuda_compiled fusebox_test_cuda_optim fusebox_test_cuda_cudnn fusebox_test_cuda_staging"
+  # Tests labelled by what they test whose [cuda] cases need the GPU (they skip without one).
+  [ $tests = 1 ] && targets="$targets $cuda_tagged"
   [ $tests = 1 ] && grep -q "building cuda.static_nvcc" "$out/configure.log" && targets="$targets fusebox_test_cuda_static_nvcc"
   [ $tests = 1 ] && [ $fuzz = 1 ] && targets="$targets fusebox_test_jit_fuzz_0 fusebox_test_jit_fuzz_ir"
   [ $train = 1 ] && targets="$targets train_fashion_mnist"
@@ -63,6 +66,10 @@ if [ $tests = 1 ]; then
   test_rc=$?
   grep -B3 -A12 "FAILED" "$out/tests.log" | head -60
   tail -8 "$out/tests.log"
+  for t in $cuda_tagged; do
+    (cd "$build" && step "$t [cuda]" ./tests/$t "[cuda]") >"$out/$t.log" 2>&1 || test_rc=1
+    tail -3 "$out/$t.log"
+  done
   # Part 0 of the type-level fuzzer is the one that renders its programs as CUDA and runs them on
   # the GPU; fuzz_ir builds its 800-odd CUDA kernels into an sm_90 cubin where a GPU is present.
   for p in $([ $fuzz = 1 ] && echo 0 ir); do
