@@ -23,15 +23,15 @@ TEST_CASE("autodiff: conv2d's gradients w.r.t. input, weight and bias match cent
     const auto w = signed_tensor<fb::shape<3, 2, 3, 3>>(302);
     const auto b = signed_tensor<fb::shape<3>>(303);
     const auto r = signed_tensor<fb::shape<2, 3, 5, 6>>(304);
-    auto loss = [](const auto& u, const auto& v, const auto& c, const auto& q) { return total(fb::conv2d<1, 1>(u, v, c) * q); };
-    check_grad("conv2d<1, 1> + bias", loss, fb::wrt<0, 1, 2>, x, w, b, r);
+    auto loss = [](const auto& u, const auto& v, const auto& c, const auto& q) { return total(fb::conv2d<fb::padding<1>>(u, v, c) * q); };
+    check_grad("conv2d<padding<1>> + bias", loss, fb::wrt<0, 1, 2>, x, w, b, r);
   }
   {
     const auto x = signed_tensor<fb::shape<2, 2, 7, 6>>(311);
     const auto w = signed_tensor<fb::shape<3, 2, 3, 2>>(312);  // a non-square kernel
     const auto r = signed_tensor<fb::shape<2, 3, 4, 4>>(314);
-    auto loss = [](const auto& u, const auto& v, const auto& q) { return total(fb::tanh(fb::conv2d<2, 1>(u, v)) * q); };
-    check_grad("tanh(conv2d<2, 1>)", loss, fb::wrt<0, 1>, x, w, r);
+    auto loss = [](const auto& u, const auto& v, const auto& q) { return total(fb::tanh(fb::conv2d<fb::stride<2>, fb::padding<1>>(u, v)) * q); };
+    check_grad("tanh(conv2d<stride<2>, padding<1>>)", loss, fb::wrt<0, 1>, x, w, r);
   }
 }
 
@@ -41,12 +41,12 @@ TEST_CASE("autodiff: max_pool2d and avg_pool2d gradients match central differenc
   const auto r3 = signed_tensor<fb::shape<2, 3, 3, 3>>(403);
   check_grad("max_pool2d<2>", [](const auto& u, const auto& q) { return total(fb::max_pool2d<2>(u) * q); }, fb::wrt<0>, x,
              r2);
-  check_grad("max_pool2d<3, 2, 1> (overlapping)",
-             [](const auto& u, const auto& q) { return total(fb::max_pool2d<3, 2, 1>(u) * q); }, fb::wrt<0>, x, r3);
+  check_grad("max_pool2d<3, stride<2>, padding<1>> (overlapping)",
+             [](const auto& u, const auto& q) { return total(fb::max_pool2d<3, fb::stride<2>, fb::padding<1>>(u) * q); }, fb::wrt<0>, x, r3);
   check_grad("avg_pool2d<2>", [](const auto& u, const auto& q) { return total(fb::avg_pool2d<2>(u) * q); }, fb::wrt<0>, x,
              r2);
-  check_grad("avg_pool2d<3, 2, 1> (overlapping)",
-             [](const auto& u, const auto& q) { return total(fb::avg_pool2d<3, 2, 1>(u) * q); }, fb::wrt<0>, x, r3);
+  check_grad("avg_pool2d<3, stride<2>, padding<1>> (overlapping)",
+             [](const auto& u, const auto& q) { return total(fb::avg_pool2d<3, fb::stride<2>, fb::padding<1>>(u) * q); }, fb::wrt<0>, x, r3);
 }
 
 TEST_CASE("autodiff: max_pool2d gives a tied window's gradient to its first maximum (row-major)") {
@@ -85,14 +85,14 @@ TEST_CASE("autodiff: conv, bias, relu, max_pool2d: the mask before the scatter, 
   const auto b = signed_tensor<fb::shape<3>>(603);
   const auto r2 = signed_tensor<fb::shape<2, 3, 3, 3>>(604);
   const auto r3 = signed_tensor<fb::shape<2, 3, 4, 3>>(605);
-  check_grad("max_pool2d<2>(relu(conv2d<1, 1> + bias))",
+  check_grad("max_pool2d<2>(relu(conv2d<padding<1>> + bias))",
              [](const auto& u, const auto& v, const auto& c, const auto& q) {
-               return total(fb::max_pool2d<2>(fb::relu(fb::conv2d<1, 1>(u, v, c))) * q);
+               return total(fb::max_pool2d<2>(fb::relu(fb::conv2d<fb::padding<1>>(u, v, c))) * q);
              },
              fb::wrt<0, 1, 2>, x, w, b, r2);
-  check_grad("max_pool2d<3, 2, 1>(relu(conv2d<1, 1> + bias)) (overlapping, padded)",
+  check_grad("max_pool2d<3, stride<2>, padding<1>>(relu(conv2d<padding<1>> + bias)) (overlapping, padded)",
              [](const auto& u, const auto& v, const auto& c, const auto& q) {
-               return total(fb::max_pool2d<3, 2, 1>(fb::relu(fb::conv2d<1, 1>(u, v, c))) * q);
+               return total(fb::max_pool2d<3, fb::stride<2>, fb::padding<1>>(fb::relu(fb::conv2d<fb::padding<1>>(u, v, c))) * q);
              },
              fb::wrt<0, 1, 2>, x, w, b, r3);
   const auto z = signed_tensor<fb::shape<2, 3, 6, 4>>(606);
@@ -146,8 +146,8 @@ TEST_CASE("autodiff: a small CNN (conv, tanh, pool, conv, pool, linear) matches 
   const auto t = signed_tensor<fb::shape<2, 5>>(507);
   auto loss = [](const auto& u, const auto& a, const auto& ab, const auto& c, const auto& cb, const auto& l,
                  const auto& target) {
-    const auto h = fb::max_pool2d<2>(fb::tanh(fb::conv2d<1, 1>(u, a, ab)));    // [2, 3, 4, 4]
-    const auto g = fb::avg_pool2d<2>(fb::tanh(fb::conv2d<1, 1>(h, c, cb)));    // [2, 4, 2, 2]
+    const auto h = fb::max_pool2d<2>(fb::tanh(fb::conv2d<fb::padding<1>>(u, a, ab)));    // [2, 3, 4, 4]
+    const auto g = fb::avg_pool2d<2>(fb::tanh(fb::conv2d<fb::padding<1>>(h, c, cb)));    // [2, 4, 2, 2]
     const auto e = fb::matmul(fb::reshape<fb::shape<2, 16>>(g), l) - target;  // [2, 5]
     return fb::mean(fb::mean(e * e));
   };

@@ -11,7 +11,7 @@ using w_shape = fb::shape<64, 16, 5, 5>;
 using w_shape = fb::shape<64, 32, 5, 5>;
 #endif
 
-auto model = [](auto x, auto w) { return fb::relu(fb::conv2d<1, 2>(x, w)); };  // the misuse
+auto model = [](auto x, auto w) { return fb::relu(fb::conv2d<fb::padding<2>>(x, w)); };  // the misuse
 
 void use(const fb::tensor<float, fb::shape<8, 32, 14, 14>>& x, const fb::tensor<float, w_shape>& w) {
   auto y = fb::compile(model)(x, w);

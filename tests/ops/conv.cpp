@@ -9,6 +9,7 @@
 // |got - want| <= 1e-6 * K * sum|products| + 1e-6. A wrong index, stride, padding or channel is
 // off by the size of a product (> 1e-2 here). Pooling takes no rounding (max) or one per term (avg).
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -27,12 +28,14 @@ struct conv_ref {
   std::vector<double> value, scale;  // the double result, and sum |product| per element
 };
 
-/// Naive conv2d in double: x [N,C,H,W], w [O,C,KH,KW], b [O] (or none), stride s, padding p.
+/// Naive conv2d in double: x [N,C,H,W], w [O,C,KH,KW], b [O] (or none), stride (sh, sw), padding
+/// (ph, pw), times `scale` (a weight computed as w * scale).
 template <class X, class W, class B>
-conv_ref conv2d_reference(const X& x, const W& w, const B* b, int s, int p, bool relu) {
+conv_ref conv2d_reference(const X& x, const W& w, const B* b, int sh, int sw, int ph, int pw, bool relu,
+                          double scale = 1) {
   const auto xs = x.extents(), ws = w.extents();
   const std::size_t N = xs[0], C = xs[1], H = xs[2], Wd = xs[3], O = ws[0], KH = ws[2], KW = ws[3];
-  const std::size_t OH = (H + 2 * p - KH) / s + 1, OW = (Wd + 2 * p - KW) / s + 1;
+  const std::size_t OH = (H + 2 * ph - KH) / sh + 1, OW = (Wd + 2 * pw - KW) / sw + 1;
   conv_ref r;
   r.value.assign(N * O * OH * OW, 0.0);
   r.scale.assign(r.value.size(), 0.0);
@@ -44,10 +47,10 @@ conv_ref conv2d_reference(const X& x, const W& w, const B* b, int s, int p, bool
           for (std::size_t c = 0; c < C; ++c)
             for (std::size_t u = 0; u < KH; ++u)
               for (std::size_t v = 0; v < KW; ++v) {
-                const long ih = static_cast<long>(i * s + u) - p, iw = static_cast<long>(j * s + v) - p;
+                const long ih = static_cast<long>(i * sh + u) - ph, iw = static_cast<long>(j * sw + v) - pw;
                 if (ih < 0 || iw < 0 || ih >= static_cast<long>(H) || iw >= static_cast<long>(Wd)) continue;
                 const double t = static_cast<double>(x.flat(((n * C + c) * H + ih) * Wd + iw)) *
-                                 static_cast<double>(w.flat(((o * C + c) * KH + u) * KW + v));
+                                 (static_cast<double>(w.flat(((o * C + c) * KH + u) * KW + v)) * scale);
                 acc += t;
                 mag += std::fabs(t);
               }
@@ -57,13 +60,17 @@ conv_ref conv2d_reference(const X& x, const W& w, const B* b, int s, int p, bool
         }
   return r;
 }
+template <class X, class W, class B>
+conv_ref conv2d_reference(const X& x, const W& w, const B* b, int s, int p, bool relu) {
+  return conv2d_reference(x, w, b, s, s, p, p, relu);
+}
 
-/// Naive max (or average, count_include_pad) pooling in double.
+/// Naive max (or average, count_include_pad) pooling in double, stride (sh, sw), padding (ph, pw).
 template <class X>
-std::vector<double> pool_reference(const X& x, int k, int s, int p, bool is_max) {
+std::vector<double> pool_reference(const X& x, int k, int sh, int sw, int ph, int pw, bool is_max) {
   const auto xs = x.extents();
   const std::size_t N = xs[0], C = xs[1], H = xs[2], W = xs[3];
-  const std::size_t OH = (H + 2 * p - k) / s + 1, OW = (W + 2 * p - k) / s + 1;
+  const std::size_t OH = (H + 2 * ph - k) / sh + 1, OW = (W + 2 * pw - k) / sw + 1;
   std::vector<double> out(N * C * OH * OW);
   for (std::size_t q = 0; q < N * C; ++q)
     for (std::size_t i = 0; i < OH; ++i)
@@ -71,7 +78,7 @@ std::vector<double> pool_reference(const X& x, int k, int s, int p, bool is_max)
         double m = -INFINITY, sum = 0;
         for (int u = 0; u < k; ++u)
           for (int v = 0; v < k; ++v) {
-            const long ih = static_cast<long>(i * s) + u - p, iw = static_cast<long>(j * s) + v - p;
+            const long ih = static_cast<long>(i * sh) + u - ph, iw = static_cast<long>(j * sw) + v - pw;
             if (ih < 0 || iw < 0 || ih >= static_cast<long>(H) || iw >= static_cast<long>(W)) continue;
             const double e = static_cast<double>(x.flat((q * H + ih) * W + iw));
             m = std::max(m, e);
@@ -80,6 +87,10 @@ std::vector<double> pool_reference(const X& x, int k, int s, int p, bool is_max)
         out[(q * OH + i) * OW + j] = is_max ? m : sum / (k * k);
       }
   return out;
+}
+template <class X>
+std::vector<double> pool_reference(const X& x, int k, int s, int p, bool is_max) {
+  return pool_reference(x, k, s, s, p, p, is_max);
 }
 
 template <class Got>
@@ -119,17 +130,17 @@ void conv_case(std::uint64_t seed) {
   fill_signed(x, seed, 0.1, 1.0);
   fill_signed(w, seed + 1, 0.05, 0.5);
   fill_signed(b, seed + 2, 0.1, 1.0);
-  const std::string what = "conv2d<" + std::to_string(S) + ", " + std::to_string(P) + "> x " +
+  const std::string what = "conv2d<stride<" + std::to_string(S) + ">, padding<" + std::to_string(P) + ">> x " +
                            fb::to_string(x.extents()) + " w " + fb::to_string(w.extents());
   const conv_ref with_bias = conv2d_reference(x, w, &b, S, P, false);
   const conv_ref with_relu = conv2d_reference(x, w, &b, S, P, true);
   const conv_ref plain = conv2d_reference(x, w, static_cast<decltype(b)*>(nullptr), S, P, false);
-  check_conv(fb::conv2d<S, P>(x, w, b), with_bias, what + " eager");
-  check_conv(fb::conv2d<S, P>(x, w), plain, what + " eager, no bias");
+  check_conv(fb::conv2d<fb::stride<S>, fb::padding<P>>(x, w, b), with_bias, what + " eager");
+  check_conv(fb::conv2d<fb::stride<S>, fb::padding<P>>(x, w), plain, what + " eager, no bias");
   // Weights as arguments and as captured tensors; relu fused after the bias.
-  auto fused = [](const auto& xx, const auto& ww, const auto& bb) { return fb::relu(fb::conv2d<S, P>(xx, ww, bb)); };
+  auto fused = [](const auto& xx, const auto& ww, const auto& bb) { return fb::relu(fb::conv2d<fb::stride<S>, fb::padding<P>>(xx, ww, bb)); };
   check_conv(fb::compile(fused)(x, w, b), with_relu, what + " compiled, bias + relu epilogue");
-  auto captured = [&](const auto& xx) { return fb::conv2d<S, P>(xx, w); };
+  auto captured = [&](const auto& xx) { return fb::conv2d<fb::stride<S>, fb::padding<P>>(xx, w); };
   check_conv(fb::compile(captured)(x), plain, what + " compiled, captured weight, no epilogue");
   // A dyn batch: the run-time path (host kernel, generated epilogue).
   fb::tensor<float, fb::shape<fb::dyn, C, H, W>> xd(N);
@@ -159,9 +170,115 @@ TEST_CASE("conv2d: strided operands (a transposed weight, a sliced batch) read t
     for (std::size_t c = 0; c < 3; ++c)
       for (std::size_t k = 0; k < 9; ++k) w.flat((o * 3 + c) * 9 + k) = w_co.flat((c * 4 + o) * 9 + k);
   const conv_ref want = conv2d_reference(x, w, static_cast<fb::tensor<float, fb::shape<4>>*>(nullptr), 1, 1, false);
-  auto model = [](const auto& xx, const auto& wt) { return fb::conv2d<1, 1>(xx, fb::transpose<0, 1>(wt)); };
+  auto model = [](const auto& xx, const auto& wt) { return fb::conv2d<fb::padding<1>>(xx, fb::transpose<0, 1>(wt)); };
   check_conv(fb::compile(model)(x, w_co), want, "transposed weight, compiled");
-  check_conv(fb::conv2d<1, 1>(x, w_co.transpose<0, 1>()), want, "transposed weight, eager");
+  check_conv(fb::conv2d<fb::padding<1>>(x, w_co.transpose<0, 1>()), want, "transposed weight, eager");
+}
+
+/// The number of elements where a and b differ in their bits (both are float results of one op).
+template <class A, class B>
+std::size_t differing(const A& a, const B& b) {
+  REQUIRE(a.size() == b.size());
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) bad += std::memcmp(&a.flat(i), &b.flat(i), sizeof(float)) != 0;
+  return bad;
+}
+
+// The positional form is deprecated; these cases check it still means what it meant.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+auto positional_conv = [](const auto& xx, const auto& ww, const auto& bb) { return fb::conv2d<2, 1>(xx, ww, bb); };
+auto positional_max = [](const auto& xx) { return fb::max_pool2d<3, 2, 1>(xx); };
+auto positional_avg = [](const auto& xx) { return fb::avg_pool2d<3, 2, 1>(xx); };
+#pragma GCC diagnostic pop
+
+TEST_CASE("conv2d with fb::stride and fb::padding: either order and the positional form and the defaults agree with "
+          "the reference",
+          "[ops][conv]") {
+  fb::tensor<float, fb::shape<2, 3, 9, 10>> x;
+  fb::tensor<float, fb::shape<5, 3, 3, 3>> w;
+  fb::tensor<float, fb::shape<5>> b;
+  fill_signed(x, 51, 0.1, 1.0);
+  fill_signed(w, 52, 0.05, 0.5);
+  fill_signed(b, 53, 0.1, 1.0);
+  auto named = [](const auto& xx, const auto& ww, const auto& bb) {
+    return fb::conv2d<fb::stride<2>, fb::padding<1>>(xx, ww, bb);
+  };
+  auto swapped = [](const auto& xx, const auto& ww, const auto& bb) {
+    return fb::conv2d<fb::padding<1>, fb::stride<2>>(xx, ww, bb);
+  };
+  auto pairs = [](const auto& xx, const auto& ww, const auto& bb) {
+    return fb::conv2d<fb::padding<1, 1>, fb::stride<2, 2>>(xx, ww, bb);
+  };
+  const conv_ref want = conv2d_reference(x, w, &b, 2, 1, false);
+  const auto named_eager = named(x, w, b);
+  check_conv(named_eager, want, "stride<2>, padding<1> eager");
+  check_conv(swapped(x, w, b), want, "padding<1>, stride<2> eager");
+  check_conv(positional_conv(x, w, b), want, "positional <2, 1> eager");
+  const auto named_compiled = fb::compile(named)(x, w, b);
+  check_conv(named_compiled, want, "stride<2>, padding<1> compiled");
+  check_conv(fb::compile(swapped)(x, w, b), want, "padding<1>, stride<2> compiled");
+  check_conv(fb::compile(pairs)(x, w, b), want, "padding<1, 1>, stride<2, 2> compiled");
+  const auto positional_compiled = fb::compile(positional_conv)(x, w, b);
+  check_conv(positional_compiled, want, "positional <2, 1> compiled");
+  // One op whatever the spelling: the same bits.
+  CHECK(differing(named_eager, swapped(x, w, b)) == 0);
+  CHECK(differing(named_eager, positional_conv(x, w, b)) == 0);
+  CHECK(differing(named_compiled, positional_compiled) == 0);
+  // torch's defaults: stride 1, padding 0, each on its own.
+  check_conv(fb::conv2d(x, w, b), conv2d_reference(x, w, &b, 1, 0, false), "defaults eager");
+  check_conv(fb::conv2d<fb::stride<2>>(x, w, b), conv2d_reference(x, w, &b, 2, 0, false), "stride<2> alone eager");
+  check_conv(fb::conv2d<fb::padding<2>>(x, w, b), conv2d_reference(x, w, &b, 1, 2, false), "padding<2> alone eager");
+}
+
+TEST_CASE("conv2d with fb::stride and fb::padding pairs: unequal height and width on every path",
+          "[ops][conv]") {
+  fb::tensor<float, fb::shape<2, 3, 9, 10>> x;
+  fb::tensor<float, fb::shape<5, 3, 3, 3>> w;
+  fb::tensor<float, fb::shape<5>> b;
+  fill_signed(x, 61, 0.1, 1.0);
+  fill_signed(w, 62, 0.05, 0.5);
+  fill_signed(b, 63, 0.1, 1.0);
+  auto model = [](const auto& xx, const auto& ww, const auto& bb) {
+    return fb::relu(fb::conv2d<fb::stride<2, 1>, fb::padding<0, 2>>(xx, ww, bb));
+  };
+  const conv_ref want = conv2d_reference(x, w, &b, 2, 1, 0, 2, true);  // [2, 5, 4, 12]
+  check_conv(model(x, w, b), want, "stride<2, 1>, padding<0, 2> eager");
+  const auto y = fb::compile(model)(x, w, b);
+  REQUIRE(y.extents() == fb::dims{4, {2, 5, 4, 12}});
+  check_conv(y, want, "stride<2, 1>, padding<0, 2> compiled");
+  fb::tensor<float, fb::shape<fb::dyn, 3, 9, 10>> xd(2);
+  for (std::size_t i = 0; i < x.size(); ++i) xd.flat(i) = x.flat(i);
+  check_conv(fb::compile(model)(xd, w, b), want, "stride<2, 1>, padding<0, 2> dyn batch");
+}
+
+TEST_CASE("max_pool2d and avg_pool2d with fb::stride and fb::padding: either order and the positional form; the "
+          "stride defaults to the kernel; unequal pairs",
+          "[ops][pool]") {
+  fb::tensor<float, fb::shape<2, 3, 9, 8>> x;
+  fill_signed(x, 71, 0.1, 1.0);
+  auto max_named = [](const auto& xx) { return fb::max_pool2d<3, fb::stride<2>, fb::padding<1>>(xx); };
+  auto max_swapped = [](const auto& xx) { return fb::max_pool2d<3, fb::padding<1>, fb::stride<2>>(xx); };
+  auto avg_swapped = [](const auto& xx) { return fb::avg_pool2d<3, fb::padding<1>, fb::stride<2>>(xx); };
+  const std::vector<double> want_max = pool_reference(x, 3, 2, 1, true), want_avg = pool_reference(x, 3, 2, 1, false);
+  check_pool(max_named(x), want_max, "max 3, stride<2>, padding<1> eager");
+  check_pool(fb::compile(max_swapped)(x), want_max, "max 3, padding<1>, stride<2> compiled");
+  check_pool(fb::compile(avg_swapped)(x), want_avg, "avg 3, padding<1>, stride<2> compiled");
+  check_pool(fb::compile(positional_max)(x), want_max, "max positional <3, 2, 1> compiled");
+  check_pool(fb::compile(positional_avg)(x), want_avg, "avg positional <3, 2, 1> compiled");
+  CHECK(differing(max_named(x), positional_max(x)) == 0);
+  CHECK(differing(avg_swapped(x), positional_avg(x)) == 0);
+  // No stride: the kernel's (torch's stride=None).
+  check_pool(fb::max_pool2d<2, fb::padding<1>>(x), pool_reference(x, 2, 2, 1, true), "max 2, padding<1> eager");
+  check_pool(fb::avg_pool2d<2, fb::padding<1>>(x), pool_reference(x, 2, 2, 1, false), "avg 2, padding<1> eager");
+  // (height, width) pairs, compiled and on the run-time path.
+  auto uneven = [](const auto& xx) { return fb::avg_pool2d<3, fb::stride<1, 2>, fb::padding<1, 0>>(xx); };
+  auto uneven_max = [](const auto& xx) { return fb::max_pool2d<3, fb::padding<0, 1>, fb::stride<2, 1>>(xx); };
+  check_pool(fb::compile(uneven)(x), pool_reference(x, 3, 1, 2, 1, 0, false), "avg 3, stride<1, 2>, padding<1, 0>");
+  check_pool(fb::compile(uneven_max)(x), pool_reference(x, 3, 2, 1, 0, 1, true), "max 3, stride<2, 1>, padding<0, 1>");
+  fb::tensor<float, fb::shape<fb::dyn, 3, 9, 8>> xd(2);
+  for (std::size_t i = 0; i < x.size(); ++i) xd.flat(i) = x.flat(i);
+  check_pool(fb::compile(uneven)(xd), pool_reference(x, 3, 1, 2, 1, 0, false), "avg 3, stride<1, 2>, padding<1, 0> dyn");
 }
 
 TEST_CASE("max_pool2d and avg_pool2d: eager, compiled and dyn batch match the double reference", "[ops][pool]") {
@@ -169,8 +286,8 @@ TEST_CASE("max_pool2d and avg_pool2d: eager, compiled and dyn batch match the do
   fill_signed(x, 7, 0.1, 1.0);
   check_pool(fb::max_pool2d<2>(x), pool_reference(x, 2, 2, 0, true), "max 2/2 eager");
   check_pool(fb::avg_pool2d<2>(x), pool_reference(x, 2, 2, 0, false), "avg 2/2 eager");
-  auto overlapping = [](const auto& xx) { return fb::max_pool2d<3, 2, 1>(xx); };
-  auto overlapping_avg = [](const auto& xx) { return fb::avg_pool2d<3, 2, 1>(xx); };
+  auto overlapping = [](const auto& xx) { return fb::max_pool2d<3, fb::stride<2>, fb::padding<1>>(xx); };
+  auto overlapping_avg = [](const auto& xx) { return fb::avg_pool2d<3, fb::stride<2>, fb::padding<1>>(xx); };
   check_pool(fb::compile(overlapping)(x), pool_reference(x, 3, 2, 1, true), "max 3/2 pad 1 compiled");
   check_pool(fb::compile(overlapping_avg)(x), pool_reference(x, 3, 2, 1, false), "avg 3/2 pad 1 compiled");
   fb::tensor<float, fb::shape<fb::dyn, 3, 9, 8>> xd(2);
@@ -197,8 +314,8 @@ TEST_CASE("the T2 CNN's forward (conv 5x5 32, relu, pool, conv 5x5 64, relu, poo
   fill_signed(w2, 4, 0.005, 0.06);
   fill_signed(b2, 5, 0.01, 0.1);
   auto features = [](const auto& xx, const auto& a, const auto& ab, const auto& c, const auto& cb) {
-    const auto h = fb::max_pool2d<2>(fb::relu(fb::conv2d<1, 2>(xx, a, ab)));
-    return fb::max_pool2d<2>(fb::relu(fb::conv2d<1, 2>(h, c, cb)));
+    const auto h = fb::max_pool2d<2>(fb::relu(fb::conv2d<fb::padding<2>>(xx, a, ab)));
+    return fb::max_pool2d<2>(fb::relu(fb::conv2d<fb::padding<2>>(h, c, cb)));
   };
   const auto y = fb::compile(features)(x, w1, b1, w2, b2);
   REQUIRE(y.extents() == fb::dims{4, {N, 64, 7, 7}});
@@ -240,7 +357,7 @@ TEST_CASE("conv2d and pooling: bad shapes are errors naming the shapes and the l
   fill_signed(w, 2, 0.1, 1.0);
   const int line = __LINE__ + 2;
   try {
-    (void)fb::conv2d<1, 1>(x, w);
+    (void)fb::conv2d<fb::padding<1>>(x, w);
     FAIL("no shape_error");
   } catch (const fb::shape_error& e) {
     const std::string m = e.what();
@@ -249,7 +366,7 @@ TEST_CASE("conv2d and pooling: bad shapes are errors naming the shapes and the l
   }
   // A window larger than the padded image.
   fb::tensor<float, fb::shape<fb::dyn, fb::dyn, fb::dyn, fb::dyn>> tiny(1, 1, 2, 2);
-  auto pool3 = [&] { return fb::max_pool2d<3, 1, 0>(tiny); };
+  auto pool3 = [&] { return fb::max_pool2d<3, fb::stride<1>>(tiny); };
   CHECK_THROWS_WITH(pool3(), Catch::Contains("[1, 1, 2, 2]") && Catch::Contains("window"));
   // The run-time path: only the batch may vary; a changed image size is refused by name.
   auto model = [](const auto& xx) { return fb::max_pool2d<2>(xx); };
@@ -257,4 +374,35 @@ TEST_CASE("conv2d and pooling: bad shapes are errors naming the shapes and the l
   fb::tensor<float, fb::shape<fb::dyn, fb::dyn, fb::dyn, fb::dyn>> img(2, 3, 8, 8);
   fill_signed(img, 3, 0.1, 1.0);
   CHECK_THROWS_WITH(c(img), Catch::Contains("max_pool2d") && Catch::Contains("only the batch"));
+}
+
+TEST_CASE("conv2d of a computed weight (w * 2) and a bias on dyn extents: unknown out channels meet a known bias",
+          "[ops][conv]") {
+  // Captured, w * 2 of a weight whose out channels are dyn has an unknown extent there (only an
+  // argument's extents are bound); the bias check must leave it to the call (was a shape_error).
+  constexpr std::size_t N = 3, C = 2, H = 7, W = 6, O = 4, K = 3;
+  fb::tensor<float, fb::shape<fb::dyn, C, H, W>> x(N);
+  fb::tensor<float, fb::shape<fb::dyn, C, K, K>> w(O);
+  fb::tensor<float, fb::shape<O>> b;
+  fill_signed(x, 81, 0.1, 1.0);
+  fill_signed(w, 82, 0.05, 0.5);
+  fill_signed(b, 83, 0.1, 1.0);
+  auto model = [](const auto& xx, const auto& ww, const auto& bb) {
+    return fb::relu(fb::conv2d<fb::padding<1>>(xx, ww * 2.0f, bb));
+  };
+  const conv_ref want = conv2d_reference(x, w, &b, 1, 1, 1, 1, true, 2.0);
+  auto compiled = fb::compile(model);
+  check_conv(compiled(x, w, b), want, "dyn batch and out channels, computed weight");
+  // Another batch size through the same compiled function.
+  fb::tensor<float, fb::shape<fb::dyn, C, H, W>> x5(5);
+  fill_signed(x5, 84, 0.1, 1.0);
+  check_conv(compiled(x5, w, b), conv2d_reference(x5, w, &b, 1, 1, 1, 1, true, 2.0), "second batch size");
+  // A static weight under a dyn batch (its out channels known at capture).
+  fb::tensor<float, fb::shape<O, C, K, K>> ws;
+  for (std::size_t i = 0; i < ws.size(); ++i) ws.flat(i) = w.flat(i);
+  check_conv(fb::compile(model)(x, ws, b), want, "dyn batch, static computed weight");
+  // Out channels that do not match the bias are still refused, on the call's extents.
+  fb::tensor<float, fb::shape<fb::dyn, C, K, K>> w5(O + 1);
+  fill_signed(w5, 85, 0.05, 0.5);
+  CHECK_THROWS_AS(compiled(x, w5, b), fb::shape_error);
 }

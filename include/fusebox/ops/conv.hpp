@@ -1,12 +1,14 @@
 // ops/conv.hpp: 2-d convolution, torch's conv2d: NCHW input, OIHW weight, optional bias [O].
 //
-//   auto y = conv2d<Stride, Padding>(x, w);      // x [N,C,H,W], w [O,C,KH,KW] -> [N,O,OH,OW]
-//   auto y = conv2d<Stride, Padding>(x, w, b);   // + b as [O,1,1]
-//   OH = (H + 2 * Padding - KH) / Stride + 1 (floor), likewise OW; no dilation, no groups.
+//   auto y = conv2d(x, w);                                    // x [N,C,H,W], w [O,C,KH,KW] -> [N,O,OH,OW]
+//   auto y = conv2d<fb::stride<S>, fb::padding<P>>(x, w, b);  // + b as [O,1,1]
+//   OH = (H + 2 * PH - KH) / SH + 1 (floor), likewise OW; no dilation, no groups.
 //
-// Stride and padding are template arguments: they are part of the node's type, so static shapes
-// are checked at build time and the kernel is specialised for them (conv2d<1, 2> keeps a 5x5
-// conv's 28x28 image at 28x28). The bias is not part of the op: it is added as a broadcast [O,1,1]
+// Stride and padding are named template arguments (ops/spatial.hpp: fb::stride<S> or <SH, SW>,
+// default 1; fb::padding<P> or <PH, PW>, default 0; either order): they are part of the node's
+// type, so static shapes are checked at build time and the kernel is specialised for them
+// (conv2d<fb::padding<2>> keeps a 5x5 conv's 28x28 image at 28x28). The positional conv2d<S, P>
+// of earlier releases still compiles, deprecated. The bias is not part of the op: it is added as a broadcast [O,1,1]
 // view, which the planner fuses into the convolution as its epilogue (with a following relu), as it
 // does for a matmul's bias; its gradient is then the reverse pass's ordinary sum over N, H, W.
 // Kernels: cpu/conv.hpp (im2row/im2col into cpu::gemm, threaded over images).
@@ -49,17 +51,19 @@ struct conv2d_weight_grad_op {
 
 }  // namespace ops
 
-template <int Stride = 1, int Padding = 0, array_operand X, array_operand W>
-auto conv2d(const X& x, const W& w, std::source_location loc = std::source_location::current()) {
-  static_assert(Stride >= 1 && Padding >= 0, "fusebox: conv2d<Stride, Padding>: need Stride >= 1 and Padding >= 0");
-  return detail::make_spatial<ops::conv2d_op<Stride, Stride, Padding, Padding>>(loc, x, w);
+namespace detail {
+template <int SH, int SW, int PH, int PW, array_operand X, array_operand W>
+auto conv2d_node(const X& x, const W& w, const std::source_location& loc) {
+  static_assert(SH >= 1 && SW >= 1 && PH >= 0 && PW >= 0,
+                "fusebox: conv2d<fb::stride<S>, fb::padding<P>>: need S >= 1 and P >= 0");
+  return make_spatial<ops::conv2d_op<SH, SW, PH, PW>>(loc, x, w);
 }
 
-template <int Stride = 1, int Padding = 0, array_operand X, array_operand W, array_operand B>
-auto conv2d(const X& x, const W& w, const B& b, std::source_location loc = std::source_location::current()) {
-  using T = typename detail::common_element<X>::type;
-  using EW = decltype(detail::as_expr<T>(w));
-  using EB = decltype(detail::as_expr<T>(b));
+template <int SH, int SW, int PH, int PW, array_operand X, array_operand W, array_operand B>
+auto conv2d_node(const X& x, const W& w, const B& b, const std::source_location& loc) {
+  using T = typename common_element<X>::type;
+  using EW = decltype(as_expr<T>(w));
+  using EB = decltype(as_expr<T>(b));
   constexpr dims sw = EW::desc.shape, sb = EB::desc.shape;
   static_assert(sb.rank == 1 && is_known_extent(sb.extent[0]),
                 "fusebox: conv2d(x, w, b): the bias is [out channels], with a static extent");
@@ -68,11 +72,53 @@ auto conv2d(const X& x, const W& w, const B& b, std::source_location loc = std::
   // A computed weight's out channels stay unknown here (only an argument's are bound): checked on
   // the call's extents by the run-time path then.
   if constexpr (sw.rank == 4 && !is_known_extent(sw.extent[0]))
-    if (const std::size_t o = detail::runtime_shape(detail::as_expr<T>(w)).extent[0]; is_known_extent(o) && o != sb.extent[0])
-      throw shape_error("conv2d: w is " + to_string(detail::runtime_shape(detail::as_expr<T>(w))) + ", b is " +
-                            to_string(sb) + "; the bias needs one value per out channel",
+    if (const std::size_t o = runtime_shape(as_expr<T>(w)).extent[0]; is_known_extent(o) && o != sb.extent[0])
+      throw shape_error("conv2d: w is " + to_string(runtime_shape(as_expr<T>(w))) + ", b is " + to_string(sb) +
+                            "; the bias needs one value per out channel",
                         loc);
-  return add(conv2d<Stride, Padding>(x, w, loc), reshape<shape<sb.extent[0], 1, 1>>(b, loc), loc);
+  return add(conv2d_node<SH, SW, PH, PW>(x, w, loc), reshape<shape<sb.extent[0], 1, 1>>(b, loc), loc);
+}
+}  // namespace detail
+
+/// conv2d<Options...>(x, w[, b]): Options are fb::stride<S> (or <SH, SW>; default 1) and
+/// fb::padding<P> (or <PH, PW>; default 0), in either order (ops/spatial.hpp).
+template <auto... Options, array_operand X, array_operand W>
+  requires detail::named_window_options<Options...>
+auto conv2d(const X& x, const W& w, std::source_location loc = std::source_location::current()) {
+  using o = detail::window_options<1, Options...>;
+  static_assert(!o::has_number && !o::has_other,
+                "fusebox: conv2d<...>(x, w): its template arguments are fb::stride<S> and fb::padding<P>, not bare "
+                "numbers: write conv2d<fb::stride<S>, fb::padding<P>>(x, w)");
+  static_assert(o::once,
+                "fusebox: conv2d<...>(x, w): fb::stride or fb::padding given twice; give each at most once: "
+                "conv2d<fb::stride<S>, fb::padding<P>>(x, w)");
+  return detail::conv2d_node<o::sh, o::sw, o::ph, o::pw>(x, w, loc);
+}
+
+template <auto... Options, array_operand X, array_operand W, array_operand B>
+  requires detail::named_window_options<Options...>
+auto conv2d(const X& x, const W& w, const B& b, std::source_location loc = std::source_location::current()) {
+  using o = detail::window_options<1, Options...>;
+  static_assert(!o::has_number && !o::has_other,
+                "fusebox: conv2d<...>(x, w, b): its template arguments are fb::stride<S> and fb::padding<P>, not bare "
+                "numbers: write conv2d<fb::stride<S>, fb::padding<P>>(x, w, b)");
+  static_assert(o::once,
+                "fusebox: conv2d<...>(x, w, b): fb::stride or fb::padding given twice; give each at most once: "
+                "conv2d<fb::stride<S>, fb::padding<P>>(x, w, b)");
+  return detail::conv2d_node<o::sh, o::sw, o::ph, o::pw>(x, w, b, loc);
+}
+
+// The positional form of fusebox 0.x, kept for one release.
+template <int Stride, int Padding = 0, array_operand X, array_operand W>
+[[deprecated("use conv2d<fb::stride<S>, fb::padding<P>>")]] auto conv2d(
+    const X& x, const W& w, std::source_location loc = std::source_location::current()) {
+  return detail::conv2d_node<Stride, Stride, Padding, Padding>(x, w, loc);
+}
+
+template <int Stride, int Padding = 0, array_operand X, array_operand W, array_operand B>
+[[deprecated("use conv2d<fb::stride<S>, fb::padding<P>>")]] auto conv2d(
+    const X& x, const W& w, const B& b, std::source_location loc = std::source_location::current()) {
+  return detail::conv2d_node<Stride, Stride, Padding, Padding>(x, w, b, loc);
 }
 
 // ---- derivatives (autodiff/rule.hpp): G the incoming gradient, Y the conv2d node ----

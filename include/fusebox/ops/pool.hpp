@@ -1,8 +1,10 @@
 // ops/pool.hpp: 2-d max and average pooling over NCHW, torch's max_pool2d / avg_pool2d.
 //
-//   auto y = max_pool2d<Kernel, Stride = Kernel, Padding = 0>(x);   // x [N,C,H,W] -> [N,C,OH,OW]
-//   auto y = avg_pool2d<Kernel, Stride = Kernel, Padding = 0>(x);
-//   OH = (H + 2 * Padding - Kernel) / Stride + 1 (floor: torch's ceil_mode=False); Padding <= Kernel / 2.
+//   auto y = max_pool2d<Kernel>(x);                                   // x [N,C,H,W] -> [N,C,OH,OW]
+//   auto y = avg_pool2d<Kernel, fb::stride<S>, fb::padding<P>>(x);  // stride default Kernel, padding 0
+//   OH = (H + 2 * PH - Kernel) / SH + 1 (floor: torch's ceil_mode=False); P <= Kernel / 2.
+// Stride and padding are named, in either order, as for conv2d (ops/spatial.hpp; <H, W> pairs too);
+// the positional max_pool2d<Kernel, Stride, Padding> of earlier releases still compiles, deprecated.
 //
 // max_pool2d pads with -infinity (padding never wins) and propagates NaN (a NaN in a window is its
 // maximum, as in torch). avg_pool2d divides by Kernel * Kernel whether or not the window covers
@@ -48,18 +50,56 @@ struct avg_pool2d_backward_op {
 
 }  // namespace ops
 
-template <int Kernel, int Stride = Kernel, int Padding = 0, array_operand X>
+namespace detail {
+template <int Kernel, int SH, int SW, int PH, int PW>
+constexpr bool pool_window_ok = Kernel >= 1 && SH >= 1 && SW >= 1 && PH >= 0 && PW >= 0 && 2 * PH <= Kernel &&
+                                2 * PW <= Kernel;
+}  // namespace detail
+
+/// max_pool2d<Kernel, Options...>(x): Options are fb::stride<S> (or <SH, SW>; default Kernel) and
+/// fb::padding<P> (or <PH, PW>; default 0), in either order (ops/spatial.hpp).
+template <int Kernel, auto... Options, array_operand X>
+  requires detail::named_window_options<Options...>
 auto max_pool2d(const X& x, std::source_location loc = std::source_location::current()) {
-  static_assert(Kernel >= 1 && Stride >= 1 && Padding >= 0 && 2 * Padding <= Kernel,
-                "fusebox: max_pool2d<Kernel, Stride, Padding>: need Kernel, Stride >= 1 and 0 <= Padding <= Kernel / 2");
-  return detail::make_spatial<ops::max_pool2d_op<Kernel, Kernel, Stride, Stride, Padding, Padding>>(loc, x);
+  using o = detail::window_options<Kernel, Options...>;
+  static_assert(!o::has_number && !o::has_other,
+                "fusebox: max_pool2d<Kernel, ...>(x): after the kernel size its template arguments are fb::stride<S> "
+                "and fb::padding<P>, not bare numbers: write max_pool2d<K, fb::stride<S>, fb::padding<P>>(x)");
+  static_assert(o::once,
+                "fusebox: max_pool2d<Kernel, ...>(x): fb::stride or fb::padding given twice; give each at most once: "
+                "max_pool2d<K, fb::stride<S>, fb::padding<P>>(x)");
+  static_assert(detail::pool_window_ok<Kernel, o::sh, o::sw, o::ph, o::pw>,
+                "fusebox: max_pool2d<K, fb::stride<S>, fb::padding<P>>: need K, S >= 1 and 0 <= P <= K / 2");
+  return detail::make_spatial<ops::max_pool2d_op<Kernel, Kernel, o::sh, o::sw, o::ph, o::pw>>(loc, x);
 }
 
-template <int Kernel, int Stride = Kernel, int Padding = 0, array_operand X>
+/// avg_pool2d<Kernel, Options...>(x): as max_pool2d.
+template <int Kernel, auto... Options, array_operand X>
+  requires detail::named_window_options<Options...>
 auto avg_pool2d(const X& x, std::source_location loc = std::source_location::current()) {
-  static_assert(Kernel >= 1 && Stride >= 1 && Padding >= 0 && 2 * Padding <= Kernel,
-                "fusebox: avg_pool2d<Kernel, Stride, Padding>: need Kernel, Stride >= 1 and 0 <= Padding <= Kernel / 2");
-  return detail::make_spatial<ops::avg_pool2d_op<Kernel, Kernel, Stride, Stride, Padding, Padding>>(loc, x);
+  using o = detail::window_options<Kernel, Options...>;
+  static_assert(!o::has_number && !o::has_other,
+                "fusebox: avg_pool2d<Kernel, ...>(x): after the kernel size its template arguments are fb::stride<S> "
+                "and fb::padding<P>, not bare numbers: write avg_pool2d<K, fb::stride<S>, fb::padding<P>>(x)");
+  static_assert(o::once,
+                "fusebox: avg_pool2d<Kernel, ...>(x): fb::stride or fb::padding given twice; give each at most once: "
+                "avg_pool2d<K, fb::stride<S>, fb::padding<P>>(x)");
+  static_assert(detail::pool_window_ok<Kernel, o::sh, o::sw, o::ph, o::pw>,
+                "fusebox: avg_pool2d<K, fb::stride<S>, fb::padding<P>>: need K, S >= 1 and 0 <= P <= K / 2");
+  return detail::make_spatial<ops::avg_pool2d_op<Kernel, Kernel, o::sh, o::sw, o::ph, o::pw>>(loc, x);
+}
+
+// The positional form of fusebox 0.x (stride and padding as bare numbers), kept for one release.
+template <int Kernel, int Stride, int Padding = 0, array_operand X>
+[[deprecated("use max_pool2d<Kernel, fb::stride<S>, fb::padding<P>>")]] auto max_pool2d(
+    const X& x, std::source_location loc = std::source_location::current()) {
+  return max_pool2d<Kernel, stride<Stride>, padding<Padding>>(x, loc);
+}
+
+template <int Kernel, int Stride, int Padding = 0, array_operand X>
+[[deprecated("use avg_pool2d<Kernel, fb::stride<S>, fb::padding<P>>")]] auto avg_pool2d(
+    const X& x, std::source_location loc = std::source_location::current()) {
+  return avg_pool2d<Kernel, stride<Stride>, padding<Padding>>(x, loc);
 }
 
 // ---- derivatives (autodiff/rule.hpp) ----
