@@ -62,11 +62,16 @@ struct shape_t_of<tensor<T, S>> {
 template <class E>
 using shape_t = typename shape_t_of<std::remove_cvref_t<E>>::type;
 
+/// The operands' shapes as far as capture knows them. A computed operand's dyn extents stay unknown
+/// there (only an argument's are bound), and meet any extent: the call's extents are checked by
+/// the run-time path.
 template <class A, class B>
 void check_same_shape(const A& a, const B& b, const char* op, const std::source_location& loc) {
   const dims sa = fusebox::detail::runtime_shape(fusebox::detail::as_expr<typename fusebox::detail::common_element<A>::type>(a));
   const dims sb = fusebox::detail::runtime_shape(fusebox::detail::as_expr<typename fusebox::detail::common_element<B>::type>(b));
-  if (!(sa == sb))
+  bool same = sa.rank == sb.rank;
+  for (std::size_t d = 0; same && d < sa.rank; ++d) same = fusebox::detail::same_extent(sa.extent[d], sb.extent[d]);
+  if (!same)
     throw shape_error(std::string(op) + ": the first operand is " + to_string(sa) + ", the target " + to_string(sb) +
                           "; they must have the same shape",
                       loc);
