@@ -67,10 +67,10 @@ void block(const char* name, unsigned threads, bool explain, const std::string& 
   fill(r, 4, -1.f, 1.f);
   const double conv_flops = 2.0 * N * O * OH * OH * C * K * K;
   auto forward = [](const auto& xx, const auto& ww, const auto& bb) {
-    return fb::max_pool2d<2>(fb::relu(fb::conv2d<1, 0>(xx, ww, bb)));
+    return fb::max_pool2d<2>(fb::relu(fb::conv2d(xx, ww, bb)));
   };
   auto loss = [](const auto& xx, const auto& ww, const auto& bb, const auto& rr) {
-    return fb::sum(fb::sum(fb::sum(fb::sum(fb::max_pool2d<2>(fb::relu(fb::conv2d<1, 0>(xx, ww, bb))) * rr))));
+    return fb::sum(fb::sum(fb::sum(fb::sum(fb::max_pool2d<2>(fb::relu(fb::conv2d(xx, ww, bb))) * rr))));
   };
   auto fwd = fb::compile(forward, {.threads = threads});
   auto step = fb::compile(fb::value_and_grad(loss, fb::wrt<0, 1, 2>), {.threads = threads});

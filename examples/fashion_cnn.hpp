@@ -53,7 +53,7 @@ struct conv2d_layer {
   }
   template <class Mode, class X, class P, class R>
   static auto forward(Mode, const X& x, const P& p, const R&) {
-    return conv2d<Stride, Padding>(x, std::get<0>(p), std::get<1>(p));
+    return conv2d<stride<Stride>, padding<Padding>>(x, std::get<0>(p), std::get<1>(p));
   }
 };
 

@@ -1059,10 +1059,10 @@ void check_conv_on_device(std::uint64_t seed) {
   const tensor<float, fb::shape<O, C, K, K>> dw(w);
   const tensor<float, fb::shape<O>> db(b);
   const tensor<float, fb::shape<N, O, OH, OW>> dr(r);
-  INFO("conv2d<" << S << ", " << P << "> of [" << N << ", " << C << ", " << H << ", " << W << "] with [" << O << ", " << C
+  INFO("conv2d<stride<" << S << ">, padding<" << P << ">> of [" << N << ", " << C << ", " << H << ", " << W << "] with [" << O << ", " << C
                  << ", " << K << ", " << K << "]");
   // Forward with the bias and relu epilogue (the generated kernel after the conv, in place).
-  auto fwd = [](const auto& u, const auto& v, const auto& c) { return fb::relu(fb::conv2d<S, P>(u, v, c)); };
+  auto fwd = [](const auto& u, const auto& v, const auto& c) { return fb::relu(fb::conv2d<fb::stride<S>, fb::padding<P>>(u, v, c)); };
   const auto y = fb::compile(fwd)(dx, dw, db).to_host();
   std::vector<double> want = ref.y;
   for (double& v : want) v = std::max(v, 0.0);
@@ -1070,7 +1070,7 @@ void check_conv_on_device(std::uint64_t seed) {
   // Gradients of sum(conv(x, w, b) * r): the input gradient, the weight gradient (split over the
   // batch when its K is long), the bias's sum.
   auto loss = [](const auto& u, const auto& v, const auto& c, const auto& q) {
-    return fb::sum(fb::sum(fb::sum(fb::sum(fb::conv2d<S, P>(u, v, c) * q))));
+    return fb::sum(fb::sum(fb::sum(fb::sum(fb::conv2d<fb::stride<S>, fb::padding<P>>(u, v, c) * q))));
   };
   auto step = fb::compile(fb::grad(loss, fb::wrt<0, 1, 2>));
   const auto [gx, gw, gb] = step(dx, dw, db, dr);
@@ -1104,18 +1104,18 @@ void check_pool_on_device(std::uint64_t seed) {
   const tensor<float, fb::shape<N, C, H, W>> dx(x);
   const tensor<float, fb::shape<N, C, OH, OW>> dr(r);
   for (bool is_max : {true, false}) {
-    INFO((is_max ? "max" : "avg") << "_pool2d<" << K << ", " << S << ", " << P << "> of [2, 3, " << H << ", " << W << "]");
+    INFO((is_max ? "max" : "avg") << "_pool2d<" << K << ", stride<" << S << ">, padding<" << P << ">> of [2, 3, " << H << ", " << W << "]");
     const pool_reference ref(doubles(x), doubles(r), N * C, H, W, K, S, P, is_max);
     if (is_max) {
-      const auto y = fb::compile([](const auto& u) { return fb::max_pool2d<K, S, P>(u); })(dx).to_host();
+      const auto y = fb::compile([](const auto& u) { return fb::max_pool2d<K, fb::stride<S>, fb::padding<P>>(u); })(dx).to_host();
       CHECK(scaled_worst(y, ref.y) == 0.0);  // a maximum is one of the inputs
-      auto loss = [](const auto& u, const auto& q) { return fb::sum(fb::sum(fb::sum(fb::sum(fb::max_pool2d<K, S, P>(u) * q)))); };
+      auto loss = [](const auto& u, const auto& q) { return fb::sum(fb::sum(fb::sum(fb::sum(fb::max_pool2d<K, fb::stride<S>, fb::padding<P>>(u) * q)))); };
       const auto g = fb::compile(fb::grad(loss, fb::wrt<0>))(dx, dr).to_host();
       CHECK(scaled_worst(g, ref.dx) < 1e-6);  // a tie's gradient at another element is off by order 1
     } else {
-      const auto y = fb::compile([](const auto& u) { return fb::avg_pool2d<K, S, P>(u); })(dx).to_host();
+      const auto y = fb::compile([](const auto& u) { return fb::avg_pool2d<K, fb::stride<S>, fb::padding<P>>(u); })(dx).to_host();
       CHECK(scaled_worst(y, ref.y) < 1e-6);
-      auto loss = [](const auto& u, const auto& q) { return fb::sum(fb::sum(fb::sum(fb::sum(fb::avg_pool2d<K, S, P>(u) * q)))); };
+      auto loss = [](const auto& u, const auto& q) { return fb::sum(fb::sum(fb::sum(fb::sum(fb::avg_pool2d<K, fb::stride<S>, fb::padding<P>>(u) * q)))); };
       const auto g = fb::compile(fb::grad(loss, fb::wrt<0>))(dx, dr).to_host();
       CHECK(scaled_worst(g, ref.dx) < 1e-6);
     }
@@ -1218,8 +1218,8 @@ TEST_CASE("CUDA: compile(value_and_grad) of a small CNN on the device matches th
   constexpr std::size_t N = 6;
   auto loss = [](const auto& x, const auto& w1, const auto& b1, const auto& w2, const auto& b2, const auto& wl,
                  const auto& t) {
-    const auto h = fb::max_pool2d<2>(fb::relu(fb::conv2d<1, 1>(x, w1, b1)));  // [N, 4, 6, 6]
-    const auto g = fb::avg_pool2d<2>(fb::relu(fb::conv2d<2, 1>(h, w2, b2)));  // [N, 5, 3, 3] -> [N, 5, 1, 1]
+    const auto h = fb::max_pool2d<2>(fb::relu(fb::conv2d<fb::padding<1>>(x, w1, b1)));  // [N, 4, 6, 6]
+    const auto g = fb::avg_pool2d<2>(fb::relu(fb::conv2d<fb::stride<2>, fb::padding<1>>(h, w2, b2)));  // [N, 5, 3, 3] -> [N, 5, 1, 1]
     const auto e = fb::matmul(fb::reshape<fb::shape<N, 5>>(g), wl) - t;      // [N, 3]
     return fb::mean(fb::mean(e * e));
   };
@@ -1306,7 +1306,7 @@ TEST_CASE("CUDA code generation: every kernel of these models compiles with NVRT
   using X4 = fb::input_leaf<0, float, fb::shape<fb::dyn, 3, 12, 12>>;
   using W4 = fb::input_leaf<1, float, fb::shape<8, 3, 3, 3>>;
   using B4 = fb::input_leaf<2, float, fb::shape<8>>;
-  auto conv = [](auto x, auto w, auto b) { return fb::max_pool2d<2>(fb::relu(fb::conv2d<2, 1>(x, w, b))); };
+  auto conv = [](auto x, auto w, auto b) { return fb::max_pool2d<2>(fb::relu(fb::conv2d<fb::stride<2>, fb::padding<1>>(x, w, b))); };
   for (std::size_t rows : {std::size_t{0}, std::size_t{5}}) {
     add(static_cast<decltype(conv(X4{}, W4{}, B4{}))*>(nullptr), rows);
     add(static_cast<decltype(w1(X{}, V{}, B{}))*>(nullptr), rows);
