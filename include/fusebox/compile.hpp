@@ -25,6 +25,7 @@
 #include "fusebox/cpu/invoke.hpp"
 #include "fusebox/cpu/report.hpp"
 #include "fusebox/graph_break.hpp"
+#include "fusebox/jit/cpu_autotune.hpp"
 #include "fusebox/jit/dynamic.hpp"
 #include "fusebox/options.hpp"
 #if defined(__CUDACC__)
@@ -190,6 +191,7 @@ class compiled {
     if constexpr (!program_for_args<Args...>::type::all_static) {
       out = call(nullptr, args...);  // the run-time path allocates its result (no steady-state promise)
     } else {
+      const cpu::autotune::scope tune = autotune_scope();
       auto [roots, guard] = capture(nullptr, args...);
       using Prog = typename detail::program_of<decltype(roots), Static.fast_math>::type;
       check_fast_math<Prog>();
@@ -245,6 +247,7 @@ class compiled {
     using PO = program_for_args<Args...>;
     using Outs = typename PO::outputs;
     if (rolled_back(args...)) return detail::unwrap(eager_outputs<Outs>(args...));
+    const cpu::autotune::scope tune = autotune_scope();
     auto [roots, guard] = capture(breaks, args...);
     using Prog = typename PO::type;
     typename Prog::frame_t f;
@@ -258,6 +261,26 @@ class compiled {
     } else {
       auto& dynamic = dynamic_for<Prog>();
       const jit::call_facts facts = dynamic.facts(f, sizeof...(Args));
+      if (opts_.mode != mode::default_) {
+        // reduce_overhead (and max_autotune, which includes it): an exact repeat of a call
+        // signature skips the guards and the specialisations (jit::dynamic_function::fast).
+        auto e = dynamic.fast(facts);
+        if (e) {
+          if (!hints_.empty()) jit::check_hints(facts, hints_);
+          jit::counters().fast_path_calls.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          auto prog = dynamic.select(facts, opts_, hints_, "compiled function");
+          if (!prog) return detail::unwrap(eager_outputs<Outs>(args...));
+          e = dynamic.remember(facts, std::move(prog));
+        }
+        auto outs = [&]<std::size_t... R>(std::index_sequence<R...>) {
+          return Outs{std::tuple_element_t<R, Outs>(e->shapes[Prog::graph::outputs[R]].desc.shape)...};
+        }(std::make_index_sequence<std::tuple_size_v<Outs>>{});
+        cpu::bind_outputs<Prog>(f, outs);
+        jit::dynamic_function<Prog>::execute(*e->prog, f, e->concrete, *rt_);
+        cpu::copy_repeated_outputs<Prog>(outs);
+        return detail::unwrap(std::move(outs));
+      }
       const auto prog = dynamic.select(facts, opts_, hints_, "compiled function");
       if (!prog) return detail::unwrap(eager_outputs<Outs>(args...));
       const auto shapes = jit::specialise(Prog::graph::nodes, facts.extents);
@@ -414,6 +437,13 @@ class compiled {
   }
 
   bool eager_only() const { return rollback_active() || !enabled(); }
+
+  /// max_autotune on the host: the kernels of this call take timed choices (cpu/autotune.hpp),
+  /// persisted in the cache directory; other modes leave tuning off.
+  cpu::autotune::scope autotune_scope() const {
+    const bool on = opts_.mode == mode::max_autotune;
+    return cpu::autotune::scope(on, on ? &jit::cpu_winner_store::instance() : nullptr);
+  }
 
   /// eager_only(), counted and logged: the rollback switches' one check per call.
   template <class... Args>
@@ -586,10 +616,11 @@ class compiled {
   std::vector<recompile_counter> dynamic_;
 };
 
-/// Clears the in-memory kernel cache, zeroes the counters and forgets which graph breaks were
-/// logged (compiled functions keep the programs they already hold; the disk cache is untouched).
+/// Clears the in-memory kernel cache and the CPU autotune winners held in memory, zeroes the
+/// counters and forgets which graph breaks were logged (compiled functions keep the programs they already hold; the disk cache is untouched).
 inline void reset() {
   jit::kernel_store::instance().clear_memory();
+  cpu::autotune::forget();
   jit::counters().reset();
   detail::forget_logged_breaks();
 }

@@ -82,6 +82,7 @@
 //   M = 256, K = 4096, N = 4096: 8.6 GFLOP, 43 ms on 2 cores: compute.
 #pragma once
 
+#include <fusebox/cpu/autotune.hpp>
 #include <fusebox/cpu/thread_pool.hpp>
 #include <fusebox/cpu/vmath.hpp>  // detail::fma: fused at every -O level (xsimd 8.1 has no AVX-512 fma)
 
@@ -96,6 +97,8 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <memory>
+#include <vector>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -701,7 +704,7 @@ struct blocked_buffers {
 
 template <class T, class Epilogue>
 void run_blocked(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue, thread_pool& pool,
-                 const blocked_buffers<T>& buf) {
+                 const blocked_buffers<T>& buf, std::size_t tasks_per_thread = 4) {
   using cfg = gemm_config<T>;
   constexpr std::size_t MR = cfg::mr, NR = cfg::nr, KC = cfg::kc_blocked, MC = cfg::mc;
   const std::size_t n_jc = ceil_div(p.N, cfg::nc), n_pc = ceil_div(p.K, KC), n_ic = ceil_div(p.M, cfg::mco);
@@ -760,7 +763,8 @@ void run_blocked(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue,
   };
 
   // Compute blocks of a step: (mc x NB) with equal M blocks (a multiple of MR, so no block is a
-  // small remainder); NB halves until there are >= 4 tasks per thread.
+  // small remainder); NB halves until there are >= tasks_per_thread (4; max_autotune may take 1)
+  // tasks per thread.
   struct grid {
     std::size_t mblocks, mc, nb_panels, nblocks;
   };
@@ -769,7 +773,7 @@ void run_blocked(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue,
     g.mblocks = ceil_div(st.mco, MC);
     g.mc = round_up(ceil_div(st.mco, g.mblocks), MR);
     g.nb_panels = st.npanels;
-    while (g.nb_panels > 4 && g.mblocks * ceil_div(st.npanels, g.nb_panels) < 4 * std::size_t(pool.size()))
+    while (g.nb_panels > 4 && g.mblocks * ceil_div(st.npanels, g.nb_panels) < tasks_per_thread * std::size_t(pool.size()))
       g.nb_panels = ceil_div(g.nb_panels, 2);
     g.nblocks = ceil_div(st.npanels, g.nb_panels);
     return g;
@@ -848,12 +852,132 @@ constexpr std::size_t gemm_workspace_bytes(std::size_t batch, std::size_t M, std
   return bytes;
 }
 
+namespace detail {
+
+// What a gemm call runs: the default is choose_path's path on the caller's pool with 4 tasks a
+// thread in the blocked path; max_autotune may pick another (cpu/autotune.hpp).
+struct gemm_choice {
+  gemm_path path;
+  bool serial = false;                 // on one thread (the caller's)
+  std::size_t tasks_per_thread = 4;    // blocked path's grid
+};
+
+inline const char* path_name(gemm_path p) noexcept {
+  switch (p) {
+    case gemm_path::zero_k: return "zero K";
+    case gemm_path::gemv_rows: return "gemv rows";
+    case gemm_path::gemv_dots: return "gemv dots";
+    case gemm_path::stream_bt: return "stream B^T";
+    case gemm_path::blocked: return "blocked";
+  }
+  return "?";
+}
+
+// The body of gemm() for one choice; the workspace is checked by the caller.
+template <class T, class Epilogue>
+void gemm_with(const gemm_choice& choice, std::size_t batch, std::size_t M, std::size_t N, std::size_t K,
+               matrix_view<T> A, std::ptrdiff_t a_batch_stride, matrix_view<T> B, std::ptrdiff_t b_batch_stride, T* C,
+               std::ptrdiff_t ldc, std::ptrdiff_t c_batch_stride, Epilogue& epilogue, thread_pool& pool,
+               std::span<std::byte> workspace) {
+  const gemm_path path = choice.path;
+  const gemm_layout layout = layout_for<T>(path, M, N, K);
+  std::byte* base = align64(workspace.data());
+  T* shared = reinterpret_cast<T*>(base);
+  T* per_thread = reinterpret_cast<T*>(base + layout.shared);
+  const std::size_t per_thread_elems = layout.per_thread / sizeof(T);
+
+  for (std::size_t b = 0; b < batch; ++b) {
+    const gemm_problem<T> p{M,
+                            N,
+                            K,
+                            {A.data + std::ptrdiff_t(b) * a_batch_stride, A.row_stride, A.col_stride},
+                            {B.data + std::ptrdiff_t(b) * b_batch_stride, B.row_stride, B.col_stride},
+                            C + std::ptrdiff_t(b) * c_batch_stride,
+                            ldc};
+    switch (path) {
+      case gemm_path::gemv_rows:
+        run_rows(b, p, epilogue, pool, shared, per_thread, per_thread_elems,
+                 std::make_index_sequence<gemm_config<T>::rows_max_m>{});
+        break;
+      case gemm_path::gemv_dots:
+        run_dots(b, p, epilogue, pool, shared, std::make_index_sequence<gemm_config<T>::dots_max_m>{});
+        break;
+      case gemm_path::stream_bt:  // A shared across the batch: packed once
+        run_stream_bt(b, p, epilogue, pool, shared, per_thread, per_thread_elems, b == 0 || a_batch_stride != 0);
+        break;
+      case gemm_path::blocked: {
+        const std::size_t b_bytes = blocked_b_bytes<T>(N, K), a_bytes = blocked_a_bytes<T>(M, K);
+        std::byte* at = base;
+        blocked_buffers<T> buf;
+        for (int i = 0; i < 2; ++i, at += b_bytes) buf.b[i] = reinterpret_cast<T*>(at);
+        for (int i = 0; i < 2; ++i, at += a_bytes) buf.a[i] = reinterpret_cast<T*>(at);
+        run_blocked(b, p, epilogue, pool, buf, choice.tasks_per_thread);
+        break;
+      }
+      case gemm_path::zero_k:
+        break;
+    }
+  }
+}
+
+// max_autotune's choice for this problem (cpu/autotune.hpp). Candidate 0 is the default; then
+// the blocked path where the default is another (valid for any layout; the same fma chain per
+// element, so bitwise equal except against gemv dots), its 1-task-a-thread grid, and each of
+// those on one thread. Candidates whose workspace exceeds the caller's are left out. Timed into
+// a private C without the epilogue.
+template <class T>
+gemm_choice tuned_choice(std::size_t batch, std::size_t M, std::size_t N, std::size_t K, matrix_view<T> A,
+                         std::ptrdiff_t a_batch_stride, matrix_view<T> B, std::ptrdiff_t b_batch_stride,
+                         thread_pool& pool, std::span<std::byte> workspace) {
+  const gemm_path first = choose_path<T>(M, K, B.row_stride, B.col_stride);
+  std::vector<gemm_choice> cands{gemm_choice{first}};
+  if (first != gemm_path::blocked) cands.push_back(gemm_choice{gemm_path::blocked});
+  if (pool.size() > 1) cands.push_back(gemm_choice{gemm_path::blocked, false, 1});
+  if (pool.size() > 1) {
+    const std::size_t parallel = cands.size();
+    for (std::size_t i = 0; i < parallel; ++i)
+      if (cands[i].tasks_per_thread == 4) cands.push_back(gemm_choice{cands[i].path, true});
+  }
+  std::erase_if(cands, [&](const gemm_choice& c) {
+    return layout_for<T>(c.path, M, N, K).total(c.serial ? 1u : pool.size()) > workspace.size();
+  });
+  if (cands.empty()) return gemm_choice{first};
+  auto name = [&](const gemm_choice& c) {
+    return std::string(path_name(c.path)) + (c.path == gemm_path::blocked ? ", " + std::to_string(c.tasks_per_thread) + " tasks/thread" : "") +
+           (c.serial ? ", 1 thread" : ", " + std::to_string(pool.size()) + " threads");
+  };
+  auto layout = [](matrix_view<T> v) {
+    return std::string(v.col_stride == 1 ? "rows" : v.row_stride == 1 ? "cols" : "strided");
+  };
+  const std::string problem = std::string("gemm ") + (sizeof(T) == 4 ? "f32" : "f64") + " batch " +
+                              std::to_string(batch) + " M " + std::to_string(M) + " N " + std::to_string(N) + " K " +
+                              std::to_string(K) + " A " + layout(A) + (a_batch_stride == 0 ? " shared" : "") + " B " +
+                              layout(B) + (b_batch_stride == 0 ? " shared" : "") + " threads " +
+                              std::to_string(pool.size());
+  const std::size_t pick = autotune::choose(problem, cands.size(), [&] {
+    std::vector<autotune::candidate> out;
+    auto scratch = std::make_shared<std::vector<T>>(batch * M * N);
+    for (const gemm_choice& c : cands)
+      out.push_back({name(c), [=, &pool] {
+                       no_epilogue none;
+                       gemm_with<T>(c, batch, M, N, K, A, a_batch_stride, B, b_batch_stride, scratch->data(),
+                                    std::ptrdiff_t(N), std::ptrdiff_t(M * N), none,
+                                    c.serial ? autotune::serial_pool() : pool, workspace);
+                     }});
+    return out;
+  });
+  return cands[pick];
+}
+
+}  // namespace detail
+
 // C[b] = A[b] * B[b] for b < batch, then epilogue(b, i, j0, n, &C[b][i][j0]) exactly once per row
 // i and column run [j0, j0 + n) of each C[b] (the runs of a row partition [0, N)), after those
 // values are final, on the thread that computed them; it may rewrite them in place. The
 // workspace must hold gemm_workspace_bytes<T>(batch, M, N, K, pool.size()) bytes (any
 // alignment) and must not be shared by concurrent calls. Throws std::invalid_argument if it is
-// smaller; rethrows the first exception of the epilogue.
+// smaller; rethrows the first exception of the epilogue. Inside a max_autotune call
+// (cpu/autotune.hpp) the path, grid and thread count are the problem's tuned choice.
 template <class T, class Epilogue>
 void gemm(std::size_t batch, std::size_t M, std::size_t N, std::size_t K, matrix_view<T> A,
           std::ptrdiff_t a_batch_stride, matrix_view<T> B, std::ptrdiff_t b_batch_stride, T* C, std::ptrdiff_t ldc,
@@ -874,53 +998,22 @@ void gemm(std::size_t batch, std::size_t M, std::size_t N, std::size_t K, matrix
   }
 
   const unsigned threads = pool.size();
-  const detail::gemm_layout layout = detail::layout_for<T>(path, M, N, K);
-  const std::size_t need = layout.total(threads);
+  const std::size_t need = detail::layout_for<T>(path, M, N, K).total(threads);
   if (workspace.size() < need)
     throw std::invalid_argument("fusebox::cpu::gemm: workspace of " + std::to_string(workspace.size()) +
                                 " bytes is too small for batch " + std::to_string(batch) + ", M " +
                                 std::to_string(M) + ", N " + std::to_string(N) + ", K " + std::to_string(K) +
                                 " on " + std::to_string(threads) + " threads: needs " + std::to_string(need) +
                                 " (gemm_workspace_bytes<T>(...))");
-  std::byte* base = detail::align64(workspace.data());
-  T* shared = reinterpret_cast<T*>(base);
-  T* per_thread = reinterpret_cast<T*>(base + layout.shared);
-  const std::size_t per_thread_elems = layout.per_thread / sizeof(T);
-
-  for (std::size_t b = 0; b < batch; ++b) {
-    const detail::gemm_problem<T> p{
-        M,
-        N,
-        K,
-        {A.data + std::ptrdiff_t(b) * a_batch_stride, A.row_stride, A.col_stride},
-        {B.data + std::ptrdiff_t(b) * b_batch_stride, B.row_stride, B.col_stride},
-        C + std::ptrdiff_t(b) * c_batch_stride,
-        ldc};
-    switch (path) {
-      case gemm_path::gemv_rows:
-        detail::run_rows(b, p, epilogue, pool, shared, per_thread, per_thread_elems,
-                         std::make_index_sequence<detail::gemm_config<T>::rows_max_m>{});
-        break;
-      case gemm_path::gemv_dots:
-        detail::run_dots(b, p, epilogue, pool, shared, std::make_index_sequence<detail::gemm_config<T>::dots_max_m>{});
-        break;
-      case gemm_path::stream_bt:  // A shared across the batch: packed once
-        detail::run_stream_bt(b, p, epilogue, pool, shared, per_thread, per_thread_elems,
-                              b == 0 || a_batch_stride != 0);
-        break;
-      case gemm_path::blocked: {
-        const std::size_t b_bytes = detail::blocked_b_bytes<T>(N, K), a_bytes = detail::blocked_a_bytes<T>(M, K);
-        std::byte* at = base;
-        detail::blocked_buffers<T> buf;
-        for (int i = 0; i < 2; ++i, at += b_bytes) buf.b[i] = reinterpret_cast<T*>(at);
-        for (int i = 0; i < 2; ++i, at += a_bytes) buf.a[i] = reinterpret_cast<T*>(at);
-        detail::run_blocked(b, p, epilogue, pool, buf);
-        break;
-      }
-      case gemm_path::zero_k:
-        break;
-    }
+  if (autotune::active()) [[unlikely]] {
+    const detail::gemm_choice c =
+        detail::tuned_choice<T>(batch, M, N, K, A, a_batch_stride, B, b_batch_stride, pool, workspace);
+    detail::gemm_with<T>(c, batch, M, N, K, A, a_batch_stride, B, b_batch_stride, C, ldc, c_batch_stride, epilogue,
+                         c.serial ? autotune::serial_pool() : pool, workspace);
+    return;
   }
+  detail::gemm_with<T>(detail::gemm_choice{path}, batch, M, N, K, A, a_batch_stride, B, b_batch_stride, C, ldc,
+                       c_batch_stride, epilogue, pool, workspace);
 }
 
 }  // namespace fusebox::cpu

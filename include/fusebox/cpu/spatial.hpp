@@ -3,15 +3,20 @@
 // (jit/program.hpp), which knows nodes only by their desc, so the choice of kernel is a switch on
 // `desc.win.op` here, in one place; the kernels are in cpu/conv.hpp (direct), cpu/winograd.hpp
 // (float 5x5 kernels at unit stride, while conv_winograd() is on) and cpu/pool.hpp. Workspace
-// sizes cover both convolution algorithms, so turning Winograd off or on never needs more.
-// Depends on: cpu/conv.hpp, cpu/winograd.hpp, cpu/pool.hpp, expr/window.hpp.
+// sizes cover both convolution algorithms, so turning Winograd off or on never needs more. Under
+// max_autotune (cpu/autotune.hpp) a convolution's algorithm and thread count are timed choices.
+// Depends on: cpu/autotune.hpp, cpu/conv.hpp, cpu/winograd.hpp, cpu/pool.hpp, expr/window.hpp.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
-#include <type_traits>
+#include <memory>
 #include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
 
+#include "fusebox/cpu/autotune.hpp"
 #include "fusebox/cpu/conv.hpp"
 #include "fusebox/cpu/pool.hpp"
 #include "fusebox/cpu/winograd.hpp"
@@ -53,12 +58,14 @@ bool runs_winograd(const window& win, const strided<T>& a, const strided<T>& b, 
   }
 }
 
-/// out = the op of `win` over a (and b), then epilogue(row, j0, n) on each finished row run of out.
+namespace detail {
+
+/// A convolution (or gradient) by the algorithm given: Winograd (the shapes must qualify) or direct.
 template <class T, class Epilogue>
-void run_spatial(const window& win, const strided<T>& a, const strided<T>& b, const strided<T>& out, thread_pool& pool,
-                 std::span<std::byte> ws, Epilogue&& epilogue) {
+void run_conv(bool winograd, const window& win, const strided<T>& a, const strided<T>& b, const strided<T>& out,
+              thread_pool& pool, std::span<std::byte> ws, Epilogue& epilogue) {
   if constexpr (std::is_same_v<T, float>) {
-    if (runs_winograd(win, a, b, out)) {
+    if (winograd) {
       switch (win.op) {
         case spatial_op::conv2d: winograd::conv2d_forward(win, a, b, out, pool, ws, epilogue); return;
         case spatial_op::conv2d_input_grad: winograd::conv2d_input_grad(win, a, b, out, pool, ws, epilogue); return;
@@ -69,7 +76,71 @@ void run_spatial(const window& win, const strided<T>& a, const strided<T>& b, co
   switch (win.op) {
     case spatial_op::conv2d: conv2d_forward(win, a, b, out, pool, ws, epilogue); break;
     case spatial_op::conv2d_input_grad: conv2d_input_grad(win, a, b, out, pool, ws, epilogue); break;
-    case spatial_op::conv2d_weight_grad: conv2d_weight_grad(win, a, b, out, pool, ws, epilogue); break;
+    default: conv2d_weight_grad(win, a, b, out, pool, ws, epilogue); break;
+  }
+}
+
+struct conv_choice {
+  bool winograd = false;
+  bool serial = false;
+};
+
+/// max_autotune's choice for this convolution (cpu/autotune.hpp): candidate 0 is the default
+/// (Winograd where it applies and is on, else direct), then the other algorithm where both apply,
+/// then each on one thread. Timed into a private output without the epilogue.
+template <class T>
+conv_choice tuned_conv(const window& win, const strided<T>& a, const strided<T>& b, const strided<T>& out,
+                       thread_pool& pool, std::span<std::byte> ws) {
+  const bool wino = runs_winograd(win, a, b, out);
+  std::vector<conv_choice> cands{conv_choice{wino, false}};
+  if (wino) cands.push_back(conv_choice{false, false});
+  if (pool.size() > 1) {
+    const std::size_t parallel = cands.size();
+    for (std::size_t i = 0; i < parallel; ++i) cands.push_back(conv_choice{cands[i].winograd, true});
+  }
+  auto layout = [](const strided<T>& v) { return std::string(v.contiguous() ? "" : " (strided)"); };
+  const std::string problem = std::string(name(win.op)) + " " + (sizeof(T) == 4 ? "f32 " : "f64 ") +
+                              to_string(a.shape) + layout(a) + " " + to_string(b.shape) + layout(b) + " -> " +
+                              to_string(out.shape) + " stride " + std::to_string(win.sh) + "x" + std::to_string(win.sw) +
+                              " pad " + std::to_string(win.ph) + "x" + std::to_string(win.pw) + " threads " +
+                              std::to_string(pool.size());
+  const std::size_t pick = autotune::choose(problem, cands.size(), [&] {
+    std::vector<autotune::candidate> list;
+    auto scratch = std::make_shared<std::vector<T>>(out.shape.size());
+    const strided<T> priv{scratch->data(), out.shape, contiguous_strides(out.shape)};
+    for (const conv_choice& c : cands)
+      list.push_back({std::string(c.winograd ? "winograd" : "direct") +
+                          (c.serial ? ", 1 thread" : ", " + std::to_string(pool.size()) + " threads"),
+                      [=, &pool, keep = scratch] {  // keep: the private output lives while they do
+                        no_spatial_epilogue none;
+                        run_conv(c.winograd, win, a, b, priv, c.serial ? autotune::serial_pool() : pool, ws, none);
+                      }});
+    return list;
+  });
+  return cands[pick];
+}
+
+inline bool is_conv(spatial_op op) {
+  return op == spatial_op::conv2d || op == spatial_op::conv2d_input_grad || op == spatial_op::conv2d_weight_grad;
+}
+
+}  // namespace detail
+
+/// out = the op of `win` over a (and b), then epilogue(row, j0, n) on each finished row run of out.
+/// Inside a max_autotune call a convolution runs its problem's tuned algorithm and thread count.
+template <class T, class Epilogue>
+void run_spatial(const window& win, const strided<T>& a, const strided<T>& b, const strided<T>& out, thread_pool& pool,
+                 std::span<std::byte> ws, Epilogue&& epilogue) {
+  if (detail::is_conv(win.op)) {
+    if (autotune::active()) [[unlikely]] {
+      const detail::conv_choice c = detail::tuned_conv(win, a, b, out, pool, ws);
+      detail::run_conv(c.winograd, win, a, b, out, c.serial ? autotune::serial_pool() : pool, ws, epilogue);
+      return;
+    }
+    detail::run_conv(runs_winograd(win, a, b, out), win, a, b, out, pool, ws, epilogue);
+    return;
+  }
+  switch (win.op) {
     case spatial_op::max_pool2d:
     case spatial_op::avg_pool2d: pool2d_forward(win, a, out, pool, epilogue); break;
     case spatial_op::max_pool2d_backward:

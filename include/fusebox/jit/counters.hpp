@@ -2,8 +2,9 @@
 // test switch that makes any compile an error.
 //
 // `fusebox::jit::counters()` is one process-wide set: cache hits and misses (in memory and on
-// disk), compiles, recompiles, disk stores, evictions, calls rolled back to eager, compile
-// seconds, and the most recent
+// disk), compiles, recompiles, disk stores, evictions, calls rolled back to eager, CPU autotune
+// choices (timed, or read from disk), reduce_overhead's fast-path calls, compile seconds, and the
+// most recent
 // recompile reasons (bounded, so a long-running server cannot grow it without limit). The
 // numbers are relaxed atomics: they are bumped on hot paths and read for reports, and no code
 // orders other memory by them. `snapshot()` copies them into a plain struct for printing and
@@ -52,6 +53,10 @@ struct counter_snapshot {
   std::uint64_t graph_replays = 0;    // calls that replayed a recorded graph as it was
   std::uint64_t rollback_calls = 0;   // compiled calls run eagerly by a rollback switch (f.disable(),
                                       // stance force_eager, FUSEBOX_DISABLE=1)
+  std::uint64_t autotune_timed = 0;      // CPU max_autotune problems tuned by timing (cpu/autotune.hpp)
+  std::uint64_t autotune_from_disk = 0;  // CPU max_autotune winners read from the cache directory
+  std::uint64_t fast_path_calls = 0;     // run-time path calls that took reduce_overhead's fast path
+                                         // (an exact repeat of a call signature: no guard, no specialise)
   double compile_seconds = 0;
   std::uint64_t recompile_reasons_dropped = 0;  // reasons older than the kept window
   std::vector<std::string> recompile_reasons;   // oldest first
@@ -76,6 +81,9 @@ class counter_set {
   std::atomic<std::uint64_t> graph_updates{0};
   std::atomic<std::uint64_t> graph_replays{0};
   std::atomic<std::uint64_t> rollback_calls{0};
+  std::atomic<std::uint64_t> autotune_timed{0};
+  std::atomic<std::uint64_t> autotune_from_disk{0};
+  std::atomic<std::uint64_t> fast_path_calls{0};
 
   void add_compile_seconds(double seconds) noexcept {
     compile_nanoseconds_.fetch_add(static_cast<std::uint64_t>(seconds * 1e9),
@@ -117,6 +125,9 @@ class counter_set {
     s.graph_updates = graph_updates.load(std::memory_order_relaxed);
     s.graph_replays = graph_replays.load(std::memory_order_relaxed);
     s.rollback_calls = rollback_calls.load(std::memory_order_relaxed);
+    s.autotune_timed = autotune_timed.load(std::memory_order_relaxed);
+    s.autotune_from_disk = autotune_from_disk.load(std::memory_order_relaxed);
+    s.fast_path_calls = fast_path_calls.load(std::memory_order_relaxed);
     s.compile_seconds = compile_seconds();
     std::lock_guard lock(mutex_);
     s.recompile_reasons_dropped = dropped_;
@@ -128,7 +139,7 @@ class counter_set {
   void reset() {
     for (auto* c : {&hits, &misses, &compiles, &kernels_compiled, &compile_failures, &recompiles, &disk_hits,
                     &disk_misses, &disk_stores, &evictions, &graph_captures, &graph_updates, &graph_replays,
-                    &rollback_calls})
+                    &rollback_calls, &autotune_timed, &autotune_from_disk, &fast_path_calls})
       c->store(0, std::memory_order_relaxed);
     compile_nanoseconds_.store(0, std::memory_order_relaxed);
     std::lock_guard lock(mutex_);

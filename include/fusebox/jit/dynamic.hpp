@@ -37,6 +37,10 @@ namespace fusebox::jit {
 struct cpu_target {};
 struct cuda_target {};
 
+/// mode::reduce_overhead: call signatures a run-time function keeps for its fast path (most
+/// recent first).
+inline constexpr std::size_t fast_path_signatures = 8;
+
 template <class Prog, class Target = cpu_target>
 class dynamic_function {
   using T = typename Prog::value_type;
@@ -116,6 +120,56 @@ class dynamic_function {
     }
     gf.loc[id] = f.loc[id];
     gf.keep[id] = f.keep[id];
+  }
+
+  /// Runs program p with the call's node shapes already made (reduce_overhead's fast path keeps
+  /// them per call signature: no specialise per call).
+  static void execute(const program_t& p, typename Prog::frame_t& f, const std::array<ir::node, NB>& concrete,
+                      cpu::runtime& rt) {
+    cpu::frame<T, NB> g;
+    for (std::size_t i = 0; i < N; ++i) {
+      g.loc[i] = f.loc[i];
+      g.copy_to[i] = f.copy_to[i];
+      g.payload[i] = f.payload[i];
+    }
+    g.pool = rt.pool;
+    p.run(g, concrete, rt, [&f, &p](int id, cpu::frame<T, NB>& gf) { bind_break(p, f, id, gf); });
+  }
+
+  /// mode::reduce_overhead: what a call signature needs after select(), kept for the signature
+  /// (every fact a guard reads, compared exactly: extents, inner strides, alignment, the
+  /// payloads' equality pattern), so a repeat skips the guards, the hint checks, the lock's
+  /// search and both specialisations.
+  struct fast_entry {
+    call_facts facts;
+    std::shared_ptr<const program_t> prog;
+    std::array<ir::node, NB> concrete;  ///< specialise(prog->graph, extents)
+    std::array<ir::node, N> shapes;     ///< specialise(Prog::graph::nodes, extents): output shapes
+  };
+  static constexpr std::size_t fast_entries = fast_path_signatures;
+
+  /// The entry of exactly this signature, or null (then select() and remember()).
+  std::shared_ptr<const fast_entry> fast(const call_facts& c) const {
+    std::lock_guard lock(mutex_);
+    for (const auto& e : fast_)
+      if (e && same_signature(e->facts, c)) return e;
+    return nullptr;
+  }
+  /// Keeps `prog` for this signature (the least recently added of fast_entries goes).
+  std::shared_ptr<const fast_entry> remember(const call_facts& c, std::shared_ptr<const program_t> prog) {
+    auto e = std::make_shared<fast_entry>();
+    e->facts = c;
+    e->prog = std::move(prog);
+    e->concrete = specialise(e->prog->graph, c.extents);
+    e->shapes = specialise(Prog::graph::nodes, c.extents);
+    std::lock_guard lock(mutex_);
+    for (std::size_t i = fast_entries - 1; i > 0; --i) fast_[i] = std::move(fast_[i - 1]);
+    fast_[0] = e;
+    return e;
+  }
+  static bool same_signature(const call_facts& a, const call_facts& b) {
+    return a.extents == b.extents && a.unit_inner == b.unit_inner && a.aligned == b.aligned &&
+           a.dyn_mask == b.dyn_mask && a.payload_class == b.payload_class;
   }
 
   /// The facts the guards check, read from a frame whose inputs are bound. With graph breaks
@@ -537,6 +591,7 @@ class dynamic_function {
   };
   mutable std::mutex mutex_;
   std::vector<entry> entries_;
+  std::array<std::shared_ptr<const fast_entry>, fast_entries> fast_{};  // reduce_overhead
   std::vector<std::string> reasons_;
   int recompiles_ = 0;
   bool warned_limit_ = false;
