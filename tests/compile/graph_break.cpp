@@ -128,7 +128,14 @@ auto wrong_width = [](const auto& t) {
   return rows19(w.owner(), w.data(), w.extents(), w.view().stride);
 };
 
+/// Its operand itself (a view of memory the call owns, no owner of its own).
+auto itself = [](const auto& t) {
+  ++user_calls;
+  return t;
+};
+
 // clang-format off
+auto output_model = [](const auto& v) { return fb::opaque(itself, v * 2.0); };
 auto same_model = [](const auto& v) { return fb::softmax(fb::opaque(doubled, v * 0.5 + 1.0)); };
 auto shrink_model = [](const auto& v) {
   auto o = fb::opaque(drop_first_row, v);
@@ -231,6 +238,21 @@ TEST_CASE("graph breaks on the run-time path: downstream kernels get the extents
       const auto y = f(x);
       CHECK(user_calls == 2);
       check_rows(y, softmax_rows(o, n - 1, 19), n - 1, "chained");
+    });
+  }
+  SECTION("the result is the output, a view of the function's operand") {
+    auto f = fb::compile(output_model);
+    at_batches([&](const rows19& x, std::size_t n, auto xd) {
+      std::vector<double> ref(n * 19);
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t j = 0; j < 19; ++j) ref[i * 19 + j] = 2 * xd(i, j);
+      user_calls = 0;
+      const auto y = f(x);
+      CHECK(user_calls == 1);
+      check_rows(y, ref, n, "opaque(t -> t, 2 x)");
+      const std::string plan = fb::explain_text(output_model, x);
+      INFO(plan);
+      CHECK(plan.find("?") == std::string::npos);  // every extent known
     });
   }
   SECTION("a static extent the function contradicts: graph_break naming the call and both shapes") {
