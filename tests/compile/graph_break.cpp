@@ -199,6 +199,19 @@ TEST_CASE("graph breaks on the run-time path: downstream kernels get the extents
       check_rows(fb::eager(same_model)(x), softmax_rows(ref, n, 19), n, "eager");
     });
   }
+  SECTION("changed extents under reduce_overhead (its fast path keys on the returned extents too)") {
+    auto f = fb::compile(shrink_model, {.mode = fb::mode::reduce_overhead});
+    for (int repeat = 0; repeat < 2; ++repeat)
+      at_batches([&](const rows19& x, std::size_t n, auto xd) {
+        std::vector<double> o((n - 1) * 19), col(19, 0.0);
+        for (std::size_t i = 0; i + 1 < n; ++i)
+          for (std::size_t j = 0; j < 19; ++j) col[j] += o[i * 19 + j] = xd(i + 1, j);
+        std::vector<double> ref = softmax_rows(o, n - 1, 19);
+        for (std::size_t i = 0; i + 1 < n; ++i)
+          for (std::size_t j = 0; j < 19; ++j) ref[i * 19 + j] += col[j];
+        check_rows(f(x), ref, n - 1, "changed extents, reduce_overhead");
+      });
+  }
   SECTION("changed extents: [n - 1, 19] from [n, 19], rows and a column sum after it") {
     auto f = fb::compile(shrink_model);
     at_batches([&](const rows19& x, std::size_t n, auto xd) {
