@@ -1,8 +1,8 @@
 // explain.hpp: explain(model, args...) says what compile() makes of a model for these arguments:
 // the segments, the graph breaks with their source lines, and every kernel with its fused ops,
 // loop, vector width, threads, bytes and flops. It runs the capture once (a graph break runs the
-// part of the model before it), like torch._dynamo.explain. It ends with what each compile mode
-// does on the CPU (explain_text(model, options, args...) marks the one given).
+// part of the model before it), like torch._dynamo.explain. Given options, it ends with what each
+// compile mode does on the CPU, the one given marked.
 // Depends on: compile.hpp.
 #pragma once
 
@@ -35,11 +35,8 @@ inline std::string cpu_modes_text(const options& o) {
          "autotune_from_disk); generated row and column kernels are not tuned\n";
 }
 
-}  // namespace detail
-
-/// The report as text; `explain` also prints it. With `opts`, for compile(model, opts).
 template <class Model, class... Args>
-std::string explain_text(Model model, const options& opts, const Args&... args) {
+std::string explain_report(Model model, const options& opts, const Args&... args) {
   auto c = compile(std::move(model), opts);
   std::vector<detail::break_record> breaks;
   const std::string last = c.describe(&breaks, args...);
@@ -58,12 +55,24 @@ std::string explain_text(Model model, const options& opts, const Args&... args) 
   s += "segment " + std::to_string(k) + " (the model's result" +
        (opaque ? std::string(", split at opaque() calls into ") + std::to_string(opaque + 1) + " parts" : std::string()) +
        "):\n" + last;
-  return s + detail::cpu_modes_text(opts);
+  return s;
 }
 
+}  // namespace detail
+
+/// The report as text; `explain` also prints it. With `opts`, for compile(model, opts), ending
+/// with what each mode does on the CPU.
+template <class Model, class... Args>
+std::string explain_text(Model model, const options& opts, const Args&... args) {
+  return detail::explain_report(std::move(model), opts, args...) + detail::cpu_modes_text(opts);
+}
+
+/// Without options: default mode. Its last line points at the form above. (Deliberately short:
+/// tests of other features count words in this report.)
 template <class Model, class... Args>
 std::string explain_text(Model model, const Args&... args) {
-  return explain_text(std::move(model), options{}, args...);
+  return detail::explain_report(std::move(model), options{}, args...) +
+         "mode default_ (explain(model, options, args...) says what every mode does on the CPU)\n";
 }
 
 /// Prints what compile() makes of `model` for these arguments, and returns the text.

@@ -273,8 +273,11 @@ TEST_CASE("explain() says what each mode does on the CPU", "[compile][modes][exp
   CHECK(tuned.find("skips the guards") != std::string::npos);
   CHECK(tuned.find("static shapes have no guard") != std::string::npos);
   CHECK(tuned.find("not tuned") != std::string::npos);
-  const std::string plain = fb::explain_text(linear_relu, x, w, b);
+  const std::string plain = fb::explain_text(linear_relu, fb::options{}, x, w, b);
   CHECK(plain.find("default_ (this compile)") != std::string::npos);
+  const std::string short_form = fb::explain_text(linear_relu, x, w, b);  // points at the form with options
+  CHECK(short_form.find("mode default_ (explain(model, options, args...) says what every mode does") !=
+        std::string::npos);
   const std::string ro = fb::explain_text(linear_relu, fb::options{.mode = fb::mode::reduce_overhead}, x, w, b);
   CHECK(ro.find("reduce_overhead (this compile)") != std::string::npos);
 }
