@@ -423,7 +423,11 @@ struct basic_program {
 
   // ---- the evaluator: one node's value at column j of the current row ----
 
-  template <int Group, int Pass, class W, bool Contig>
+  /// Merged: the group's twins are their firsts' values in this call (a template argument, so
+  /// the loops test nothing per element; kernels without twins have only the merged form). When
+  /// not (a group with twins only), every member is computed where it is read and the scratch is
+  /// not used: the cache was planned for the merged case.
+  template <int Group, int Pass, class W, bool Contig, bool Merged = true>
   struct evaluator {
     const row_addressing& a;
     const T* rs;       // per-row scalars by node id
@@ -431,10 +435,6 @@ struct basic_program {
     std::size_t width;
     const void* const* payload;
     std::size_t j;
-    /// The group's twins are their firsts' values in this call. When not (a group with twins
-    /// only), every member is computed where it is read and the scratch is not used: the cache
-    /// was planned for the merged case.
-    bool merged = true;
 
     template <int Id>
     W get() const {
@@ -446,13 +446,14 @@ struct basic_program {
         if constexpr (nd.desc.kind == node_kind::reduce || plan.row_constant[Id]) {
           return W(rs[Id]);  // a twin's step copied its first's
         } else if constexpr (twins && plan.same_as[Id] >= 0) {
-          return merged ? get<plan.same_as[Id]>() : compute<Id>();
+          if constexpr (Merged) return get<plan.same_as[Id]>();
+          else return compute<Id>();
         } else if constexpr (plan.cache_slot[Id] >= 0 && plan.pass[Id] < Pass) {
-          if (twins && !merged) return compute<Id>();
-          return load_v<W>(scratch + plan.cache_slot[Id] * width + j);
+          if constexpr (twins && !Merged) return compute<Id>();
+          else return load_v<W>(scratch + plan.cache_slot[Id] * width + j);
         } else if constexpr (plan.cache_slot[Id] >= 0) {
           static_assert(plan.pass[Id] == Pass, "fusebox internal: a cached node is read before its pass");
-          if (twins && !merged) return compute<Id>();
+          if constexpr (twins && !Merged) return compute<Id>();
           const W v = compute<Id>();
           store_v(scratch + plan.cache_slot[Id] * width + j, v);
           return v;
@@ -552,8 +553,15 @@ struct basic_program {
       const std::size_t c0 = cb * col_block, c1 = std::min(width, c0 + col_block);
       for (std::size_t r = r0; r < r1; ++r) {
         a.at_row(space, r, all_ids.first.data(), all_ids.second);
-        if (contig) row<K, true>(a, f, scratch, c0, c1, width, merged);
-        else row<K, false>(a, f, scratch, c0, c1, width, merged);
+        if constexpr (kn.twins) {
+          if (contig && merged) row<K, true, true>(a, f, scratch, c0, c1, width);
+          else if (contig) row<K, true, false>(a, f, scratch, c0, c1, width);
+          else if (merged) row<K, false, true>(a, f, scratch, c0, c1, width);
+          else row<K, false, false>(a, f, scratch, c0, c1, width);
+        } else {
+          if (contig) row<K, true, true>(a, f, scratch, c0, c1, width);
+          else row<K, false, true>(a, f, scratch, c0, c1, width);
+        }
       }
     };
     f.pool->parallel_for(row_tasks * col_blocks, task);
@@ -564,23 +572,23 @@ struct basic_program {
   }
 
   /// One row of a rows kernel over columns [c0, c1) (the whole row when it has passes).
-  template <int K, bool Contig>
+  template <int K, bool Contig, bool Merged>
   static void row(const row_addressing& a, const frame_t& f, T* scratch, std::size_t c0, std::size_t c1,
-                  std::size_t width, bool merged) {
+                  std::size_t width) {
     constexpr plan::kernel kn = plan.kernels[K];
     constexpr int G = kn.group;
     static constexpr id_list steps = row_steps(G);
     T rs[N > 0 ? N : 1];
     // Reductions and per-row scalars, in order.
     [&]<int... S>(std::integer_sequence<int, S...>) {
-      (step<G, steps.id[S], Contig>(a, f, rs, scratch, width, merged), ...);
+      (step<G, steps.id[S], Contig, Merged>(a, f, rs, scratch, width), ...);
     }(std::make_integer_sequence<int, steps.size>{});
     // Output pass.
     static constexpr id_list outs = group_outputs(G, true);
     static constexpr id_list souts = group_outputs(G, false);
     if constexpr (outs.size > 0) {
       auto write = [&]<class W>(std::size_t j) {
-        evaluator<group_of<K>, passes_of<K>, W, Contig> e{a, rs, scratch, width, f.payload, j, merged};
+        evaluator<group_of<K>, passes_of<K>, W, Contig, Merged> e{a, rs, scratch, width, f.payload, j};
         [&]<int... O>(std::integer_sequence<int, O...>) {
           ((Contig ? store_v(const_cast<T*>(a.ptr[outs.id[O]]) + j, e.template get<outs.id[O]>())
                    : store_v(const_cast<T*>(a.ptr[outs.id[O]]) + static_cast<std::ptrdiff_t>(j) * a.inner[outs.id[O]],
@@ -599,11 +607,11 @@ struct basic_program {
   }
 
   /// A reduction pass over the row, or a per-row scalar.
-  template <int G, int Id, bool Contig>
-  static void step(const row_addressing& a, const frame_t& f, T* rs, T* scratch, std::size_t width, bool merged) {
+  template <int G, int Id, bool Contig, bool Merged>
+  static void step(const row_addressing& a, const frame_t& f, T* rs, T* scratch, std::size_t width) {
     constexpr auto nd = nodes[Id];
     if constexpr (plan.kernels[plan.kernel_of[Id]].twins && plan.same_as[Id] >= 0) {
-      if (merged) {  // its first's pass or step came earlier in this row
+      if constexpr (Merged) {  // its first's pass or step came earlier in this row
         rs[Id] = rs[plan.same_as[Id]];
         return;
       }
@@ -613,7 +621,7 @@ struct basic_program {
       constexpr int in = nd.inputs[0];
       constexpr int P = plan.pass[Id];
       auto at = [&]<class W>(std::size_t j) {
-        return evaluator<G, P, W, Contig>{a, rs, scratch, width, f.payload, j, merged}.template get<in>();
+        return evaluator<G, P, W, Contig, Merged>{a, rs, scratch, width, f.payload, j}.template get<in>();
       };
       std::size_t j = 0;
       T total = Op::template identity<T>();
@@ -632,7 +640,7 @@ struct basic_program {
       for (; j < width; ++j) total = Op::combine(total, at.template operator()<T>(j));
       rs[Id] = Op::finalize(total, width);
     } else {
-      rs[Id] = evaluator<G, 0, T, Contig>{a, rs, scratch, width, f.payload, 0, merged}.template compute<Id>();
+      rs[Id] = evaluator<G, 0, T, Contig, Merged>{a, rs, scratch, width, f.payload, 0}.template compute<Id>();
     }
   }
 
