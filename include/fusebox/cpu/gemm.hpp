@@ -946,15 +946,17 @@ gemm_choice tuned_choice(std::size_t batch, std::size_t M, std::size_t N, std::s
     return std::string(path_name(c.path)) + (c.path == gemm_path::blocked ? ", " + std::to_string(c.tasks_per_thread) + " tasks/thread" : "") +
            (c.serial ? ", 1 thread" : ", " + std::to_string(pool.size()) + " threads");
   };
-  auto layout = [](matrix_view<T> v) {
-    return std::string(v.col_stride == 1 ? "rows" : v.row_stride == 1 ? "cols" : "strided");
+  auto layout = [](matrix_view<T> v) { return v.col_stride == 1 ? 0u : v.row_stride == 1 ? 1u : 2u; };
+  autotune::problem_id id;
+  id.v = {1, sizeof(T), batch, M, N, K, layout(A), a_batch_stride == 0, layout(B), b_batch_stride == 0, pool.size()};
+  auto text = [&] {
+    const char* names[] = {"rows", "cols", "strided"};
+    return std::string("gemm ") + (sizeof(T) == 4 ? "f32" : "f64") + " batch " + std::to_string(batch) + " M " +
+           std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K) + " A " + names[layout(A)] +
+           (a_batch_stride == 0 ? " shared" : "") + " B " + names[layout(B)] + (b_batch_stride == 0 ? " shared" : "") +
+           " threads " + std::to_string(pool.size());
   };
-  const std::string problem = std::string("gemm ") + (sizeof(T) == 4 ? "f32" : "f64") + " batch " +
-                              std::to_string(batch) + " M " + std::to_string(M) + " N " + std::to_string(N) + " K " +
-                              std::to_string(K) + " A " + layout(A) + (a_batch_stride == 0 ? " shared" : "") + " B " +
-                              layout(B) + (b_batch_stride == 0 ? " shared" : "") + " threads " +
-                              std::to_string(pool.size());
-  const std::size_t pick = autotune::choose(problem, cands.size(), [&] {
+  const std::size_t pick = autotune::choose(id, cands.size(), text, [&] {
     std::vector<autotune::candidate> out;
     auto scratch = std::make_shared<std::vector<T>>(batch * M * N);
     for (const gemm_choice& c : cands)

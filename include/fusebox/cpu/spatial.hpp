@@ -98,13 +98,24 @@ conv_choice tuned_conv(const window& win, const strided<T>& a, const strided<T>&
     const std::size_t parallel = cands.size();
     for (std::size_t i = 0; i < parallel; ++i) cands.push_back(conv_choice{cands[i].winograd, true});
   }
-  auto layout = [](const strided<T>& v) { return std::string(v.contiguous() ? "" : " (strided)"); };
-  const std::string problem = std::string(name(win.op)) + " " + (sizeof(T) == 4 ? "f32 " : "f64 ") +
-                              to_string(a.shape) + layout(a) + " " + to_string(b.shape) + layout(b) + " -> " +
-                              to_string(out.shape) + " stride " + std::to_string(win.sh) + "x" + std::to_string(win.sw) +
-                              " pad " + std::to_string(win.ph) + "x" + std::to_string(win.pw) + " threads " +
-                              std::to_string(pool.size());
-  const std::size_t pick = autotune::choose(problem, cands.size(), [&] {
+  autotune::problem_id id;
+  std::size_t k = 0;
+  id.v[k++] = 2;
+  id.v[k++] = static_cast<std::uint64_t>(win.op) << 32 | sizeof(T) << 16 | std::uint64_t(wino) << 2 |
+              std::uint64_t(a.contiguous()) << 1 | std::uint64_t(b.contiguous());
+  for (const dims* d : {&a.shape, &b.shape, &out.shape})
+    for (std::size_t i = 0; i < 4; ++i) id.v[k++] = i < d->rank ? d->extent[i] : 0;
+  id.v[k++] = std::uint64_t(std::uint16_t(win.sh)) << 48 | std::uint64_t(std::uint16_t(win.sw)) << 32 |
+              std::uint64_t(std::uint16_t(win.ph)) << 16 | std::uint16_t(win.pw);
+  id.v[k++] = pool.size();
+  auto text = [&] {
+    auto layout = [](const strided<T>& v) { return std::string(v.contiguous() ? "" : " (strided)"); };
+    return std::string(name(win.op)) + " " + (sizeof(T) == 4 ? "f32 " : "f64 ") + to_string(a.shape) + layout(a) +
+           " " + to_string(b.shape) + layout(b) + " -> " + to_string(out.shape) + " stride " + std::to_string(win.sh) +
+           "x" + std::to_string(win.sw) + " pad " + std::to_string(win.ph) + "x" + std::to_string(win.pw) +
+           " threads " + std::to_string(pool.size());
+  };
+  const std::size_t pick = autotune::choose(id, cands.size(), text, [&] {
     std::vector<autotune::candidate> list;
     auto scratch = std::make_shared<std::vector<T>>(out.shape.size());
     const strided<T> priv{scratch->data(), out.shape, contiguous_strides(out.shape)};
