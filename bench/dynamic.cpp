@@ -13,6 +13,9 @@
 //     all new; the prelude is warm).
 // Prints JSON lines (BENCHMARKS.md fields) and a table.
 //   dynamic [--threads N]               everything
+//   dynamic --modes [--threads N]       only what options::mode buys on the CPU (max_autotune vs
+//                                       default on GEMM and conv shapes; reduce_overhead's per-call
+//                                       host time on a small dyn model)
 //   dynamic --warm-child W CACHE        (internal) the fresh process of the warm-start measurement
 //   dynamic --regional-child V CACHE    (internal) cold first result of variant V (1, 12 or 2g)
 #include <chrono>
@@ -205,6 +208,92 @@ int regional_child(const std::string& variant) {
 
 }  // namespace
 
+/// --modes (issue 20, item 14): what options::mode buys on the CPU, each pair timed in interleaved
+/// rounds in one process (medians):
+///   max_autotune vs default on GEMM and conv2d shapes (static extents; the first max_autotune
+///     call times the candidates, FUSEBOX_LOGS=autotune prints them; timing starts after it);
+///   reduce_overhead vs default per call on a small dyn model, where the call is mostly host work.
+template <class Model, class... Args>
+void mode_pair(const char* what, Model model, unsigned threads, const Args&... args) {
+  auto plain = fb::compile(model, fb::options{.threads = threads});
+  auto tuned = fb::compile(model, fb::options{.mode = fb::mode::max_autotune, .threads = threads});
+  fb::jit::set_logs("autotune");
+  const auto t0 = std::chrono::steady_clock::now();
+  (void)tuned(args...);
+  const double tune_s = seconds(t0);
+  fb::jit::set_logs("");
+  const auto t = bench::measure_interleaved({{nullptr, [&] { (void)plain(args...); }}, {nullptr, [&] { (void)tuned(args...); }}});
+  std::printf("%-44s default %10.1f us  max_autotune %10.1f us  default/max_autotune %.2fx  (tuning %.3f s)\n", what,
+              t[0].median_us, t[1].median_us, t[0].median_us / t[1].median_us, tune_s);
+}
+
+int modes(unsigned threads) {
+  fb::jit::temp_directory cache(fb::jit::detail::temp_root(), "fusebox-bench-modes-");
+  ::setenv("FUSEBOX_CACHE_DIR", cache.path().c_str(), 1);
+  auto linear = [](const auto& x, const auto& w, const auto& b) { return fb::relu(fb::matmul(x, w) + b); };
+  auto conv = [](const auto& x, const auto& w) { return fb::relu(fb::conv2d(x, w)); };
+  {
+    mat<256, 512> x;
+    mat<512, 512> w;
+    vec<512> b;
+    x.fill_random(1), w.fill_random(2), b.fill_random(3);
+    mode_pair("gemm relu(x w + b) [256,512]x[512,512]", linear, threads, x, w, b);
+  }
+  {
+    mat<4, 1024> x;
+    mat<1024, 1024> w;
+    vec<1024> b;
+    x.fill_random(1), w.fill_random(2), b.fill_random(3);
+    mode_pair("gemm relu(x w + b) [4,1024]x[1024,1024]", linear, threads, x, w, b);
+  }
+  {
+    mat<16, 64> x;
+    mat<64, 64> w;
+    vec<64> b;
+    x.fill_random(1), w.fill_random(2), b.fill_random(3);
+    mode_pair("gemm relu(x w + b) [16,64]x[64,64]", linear, threads, x, w, b);
+  }
+  {
+    fb::tensor<float, fb::shape<32, 32, 12, 12>> x;
+    fb::tensor<float, fb::shape<64, 32, 5, 5>> w;
+    x.fill_random(1), w.fill_random(2, -0.1f, 0.1f);
+    mode_pair("conv2d 5x5 [32,32,12,12] o64 (T2 layer 2)", conv, threads, x, w);
+  }
+  {
+    fb::tensor<float, fb::shape<8, 8, 10, 10>> x;
+    fb::tensor<float, fb::shape<8, 8, 5, 5>> w;
+    x.fill_random(1), w.fill_random(2, -0.1f, 0.1f);
+    mode_pair("conv2d 5x5 [8,8,10,10] o8", conv, threads, x, w);
+  }
+  {
+    fb::tensor<float, fb::shape<16, 3, 28, 28>> x;
+    fb::tensor<float, fb::shape<16, 3, 3, 3>> w;
+    x.fill_random(1), w.fill_random(2, -0.1f, 0.1f);
+    mode_pair("conv2d 3x3 [16,3,28,28] o16 (direct only)", conv, threads, x, w);
+  }
+  // reduce_overhead: a small dyn model (batch 8): the call's time is mostly the host's.
+  {
+    auto small = [](const auto& x, const auto& w, const auto& b) { return fb::softmax(fb::matmul(x, w) + b); };
+    mat<32, 16> w;
+    vec<16> b;
+    dmat<32> x(8);
+    x.fill_random(1), w.fill_random(2), b.fill_random(3);
+    auto plain = fb::compile(small, fb::options{.threads = threads});
+    auto fast = fb::compile(small, fb::options{.mode = fb::mode::reduce_overhead, .threads = threads});
+    (void)plain(x, w, b);
+    (void)fast(x, w, b);
+    const auto before = fb::jit::counters().snapshot().fast_path_calls;
+    bench::interleave_config cfg;
+    cfg.min_iters = 2000;
+    const auto t = bench::measure_interleaved({{nullptr, [&] { (void)plain(x, w, b); }}, {nullptr, [&] { (void)fast(x, w, b); }}}, cfg);
+    std::printf("%-44s default %10.2f us  reduce_overhead %7.2f us  saved %.2f us a call (%llu fast-path calls)\n",
+                "dyn softmax(x w + b) [8,32]x[32,16] per call", t[0].median_us, t[1].median_us,
+                t[0].median_us - t[1].median_us,
+                static_cast<unsigned long long>(fb::jit::counters().snapshot().fast_path_calls - before));
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc == 4 && std::string(argv[1]) == "--warm-child") {
     ::setenv("FUSEBOX_CACHE_DIR", argv[3], 1);
@@ -217,6 +306,8 @@ int main(int argc, char** argv) {
   unsigned threads = 2;
   for (int i = 1; i + 1 < argc; ++i)
     if (std::string(argv[i]) == "--threads") threads = static_cast<unsigned>(std::atoi(argv[i + 1]));
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--modes") return modes(threads);
   fb::jit::temp_directory cache(fb::jit::detail::temp_root(), "fusebox-bench-cache-");
   ::setenv("FUSEBOX_CACHE_DIR", cache.path().c_str(), 1);
 
