@@ -553,7 +553,9 @@ struct basic_program {
       const std::size_t c0 = cb * col_block, c1 = std::min(width, c0 + col_block);
       for (std::size_t r = r0; r < r1; ++r) {
         a.at_row(space, r, all_ids.first.data(), all_ids.second);
-        if constexpr (kn.twins) {
+        // plan.kernels[K], not the local kn: nvcc refuses a lambda's read of an enclosing
+        // constexpr local in a constant expression ("attempt to access run-time storage").
+        if constexpr (plan.kernels[K].twins) {
           if (contig && merged) row<K, true, true>(a, f, scratch, c0, c1, width);
           else if (contig) row<K, true, false>(a, f, scratch, c0, c1, width);
           else if (merged) row<K, false, true>(a, f, scratch, c0, c1, width);
