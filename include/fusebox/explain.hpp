@@ -32,7 +32,7 @@ inline std::string cpu_modes_text(const options& o) {
          "  max_autotune" + mark(mode::max_autotune) + ": reduce_overhead, plus timed choices per problem: " +
          cpu::autotune::description() + "; winners kept in memory and in " + jit::cpu_winner_store::instance().where() +
          ", so a later process times nothing (FUSEBOX_LOGS=autotune, counters().autotune_timed / "
-         "autotune_from_disk); generated row and column kernels are not tuned\n";
+         "autotune_from_disk); the run-time path's generated row and column kernels are not tuned\n";
 }
 
 template <class Model, class... Args>

@@ -217,6 +217,39 @@ TEST_CASE("max_autotune: gemm and conv2d take timed choices, equal to the double
   CHECK(counts().autotune_timed == before.autotune_timed + 1);
 }
 
+TEST_CASE("max_autotune: a static rows kernel takes a timed task split, equal to the double reference",
+          "[compile][modes][autotune]") {
+  cache();
+  fb::reset();
+  autotune_log log;
+  // 64 rows of 300: softmax is one rows kernel with two passes; 64 tasks of one row at least
+  // (min_task_elems / 300), so one thread and larger tasks are both real choices.
+  fb::tensor<float, fb::shape<64, 300>> x;
+  fbt::fill_signed(x, 431, 0.1, 3.0);
+  std::vector<double> ref(x.size()), scale(x.size(), 1.0);
+  for (std::size_t r = 0; r < 64; ++r) {
+    double m = -INFINITY, sum = 0;
+    for (std::size_t c = 0; c < 300; ++c) m = std::max(m, double(x(r, c)));
+    for (std::size_t c = 0; c < 300; ++c) sum += std::exp(double(x(r, c)) - m);
+    for (std::size_t c = 0; c < 300; ++c) ref[r * 300 + c] = std::exp(double(x(r, c)) - m) / sum;
+  }
+  auto model = [](const auto& v) { return fb::softmax(v); };
+  auto tuned = fb::compile(model, fb::options{.mode = fb::mode::max_autotune, .threads = 2});
+  const auto before = counts();
+  const auto y = tuned(x);
+  CHECK(counts().autotune_timed == before.autotune_timed + 1);
+  CHECK(log.count("rows f32 [64, 300]") >= 1);
+  CHECK(log.count("1 thread") >= 1);
+  check_elements(y, ref, scale, 1e-6, "softmax, max_autotune");
+  const auto y2 = tuned(x);  // the winner from memory
+  CHECK(counts().autotune_timed == before.autotune_timed + 1);
+  check_elements(y2, ref, scale, 1e-6, "softmax, max_autotune again");
+  // Default mode times nothing and computes the same bits (each row is one thread's whatever the split).
+  const auto d = fb::compile(model, fb::options{.threads = 2})(x);
+  CHECK(counts().autotune_timed == before.autotune_timed + 1);
+  for (std::size_t i = 0; i < x.size(); ++i) REQUIRE(y.flat(i) == d.flat(i));
+}
+
 TEST_CASE("max_autotune winners persist in the cache directory; default mode tunes nothing",
           "[compile][modes][autotune]") {
   cache();

@@ -4,7 +4,9 @@
 //                             gemv dots or stream-B^T against BLIS-style blocking), the task grid
 //                             of the blocked path (4 tasks a thread, or 1), and one thread vs all;
 //   conv2d and its gradients  direct vs Winograd where both apply (5x5, unit stride, float), and
-//   (cpu/spatial.hpp)         one thread vs all.
+//   (cpu/spatial.hpp)         one thread vs all;
+//   rows kernels              one thread vs all, and tasks four times as large (the static path's
+//   (cpu/executor.hpp)        fused row and elementwise kernels).
 // Per problem (kernel, extents, layouts, dtype, thread count; the store adds the CPU and fusebox's
 // version) every candidate runs on the call's own operands into a private output (so an epilogue
 // that works in place is never disturbed): 2 warm-up runs each, then 7 rounds in which each runs
@@ -193,7 +195,8 @@ std::size_t choose(const problem_id& id, std::size_t n, Text&& text, Make&& make
 /// What max_autotune tunes on the CPU, in words (explain()).
 inline const char* description() {
   return "gemm: the path where another is valid (gemv or stream-B^T vs blocked), the blocked task grid, 1 thread vs "
-         "all; conv2d and its gradients: direct vs Winograd where both apply, 1 thread vs all. Each problem's "
+         "all; conv2d and its gradients: direct vs Winograd where both apply, 1 thread vs all; the static path's "
+         "rows kernels: 1 thread vs all, tasks 4x larger. Each problem's "
          "candidates are timed once (2 warm-up runs, median of 7 interleaved rounds; the default unless another "
          "is 10% faster)";
 }

@@ -20,7 +20,9 @@
 //   copy         an output that is a leaf or a view.
 // The vector body runs on xsimd batches and the tail on scalars through the same evaluator; inputs
 // with an inner stride other than 0 or 1 take a scalar strided path.
-// Depends on: plan/planner.hpp, ir/graph.hpp, cpu/{simd,thread_pool,gemm}.hpp, core/.
+// Under max_autotune (cpu/autotune.hpp) a rows kernel's task size and thread count are timed
+// choices, as gemm's and conv2d's are.
+// Depends on: plan/planner.hpp, ir/graph.hpp, cpu/{simd,thread_pool,gemm,autotune}.hpp, core/.
 #pragma once
 
 #include <algorithm>
@@ -30,12 +32,15 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "fusebox/core/tensor.hpp"
 #include "fusebox/cpu/addressing.hpp"
 #include "fusebox/cpu/attention.hpp"
+#include "fusebox/cpu/autotune.hpp"
 #include "fusebox/cpu/gather.hpp"
 #include "fusebox/cpu/gemm.hpp"
 #include "fusebox/cpu/simd.hpp"
@@ -542,8 +547,7 @@ struct basic_program {
                                       ? std::max<std::size_t>(detail::min_task_elems / VS * VS, VS)
                                       : width;
     const std::size_t col_blocks = (width + col_block - 1) / col_block;
-    const std::size_t rows_per_task = std::max<std::size_t>(1, detail::min_task_elems / width);
-    const std::size_t row_tasks = (rows + rows_per_task - 1) / rows_per_task;
+    std::size_t rows_per_task = std::max<std::size_t>(1, detail::min_task_elems / width);
     const bool merged = !kn.twins || twins_equal<K>(f);
     auto task = [&](std::size_t t, unsigned worker) {
       row_addressing a = proto;
@@ -566,7 +570,79 @@ struct basic_program {
         }
       }
     };
-    f.pool->parallel_for(row_tasks * col_blocks, task);
+    auto run_on = [&](thread_pool& pool, std::size_t per_task) {
+      rows_per_task = per_task;
+      pool.parallel_for((rows + per_task - 1) / per_task * col_blocks, task);
+    };
+    if (autotune::active()) [[unlikely]] {
+      const rows_choice c = tuned_rows<K>(f, rows, width, col_blocks, rows_per_task, contig, run_on);
+      return run_on(c.serial ? autotune::serial_pool() : *f.pool, rows_per_task * c.task_scale);
+    }
+    run_on(*f.pool, rows_per_task);
+  }
+
+  /// max_autotune's choice for a rows kernel (cpu/autotune.hpp): candidate 0 is the default (tasks
+  /// of at least min_task_elems elements on every thread); then one thread, and tasks four times
+  /// as large, where they differ from it. A kernel that writes memory it also reads (a caller's
+  /// output that is an input) is not timed: a candidate run would read its own results.
+  struct rows_choice {
+    bool serial = false;
+    std::size_t task_scale = 1;
+  };
+  template <int K, class RunOn>
+  static rows_choice tuned_rows(const frame_t& f, std::size_t rows, std::size_t width, std::size_t col_blocks,
+                                std::size_t per_task, bool contig, RunOn& run_on) {
+    constexpr int G = plan.kernels[K].group;
+    static constexpr id_list ext = external_inputs(G);
+    static constexpr id_list outs = group_outputs(G, true);
+    static constexpr id_list souts = group_outputs(G, false);
+    auto span_of = [&](int id) {
+      const strided<T>& v = f.loc[id];
+      std::ptrdiff_t lo = 0, hi = 0;
+      for (std::size_t d = 0; d < v.shape.rank; ++d) {
+        const std::ptrdiff_t reach = static_cast<std::ptrdiff_t>(v.shape.extent[d] - 1) * v.stride[d];
+        (reach < 0 ? lo : hi) += reach;
+      }
+      return std::pair{v.data + lo, v.data + hi + 1};
+    };
+    for (const id_list* written : {&outs, &souts})
+      for (int q = 0; q < written->size; ++q)
+        for (int e = 0; e < ext.size; ++e) {
+          const auto [w0, w1] = span_of(written->id[q]);
+          const auto [r0, r1] = span_of(ext.id[e]);
+          if (w0 < r1 && r0 < w1) return {};
+        }
+    std::vector<rows_choice> cands{{}};
+    const std::size_t tasks = (rows + per_task - 1) / per_task * col_blocks;
+    if (f.pool->size() > 1 && tasks > 1) cands.push_back({true, 1});
+    if (tasks > f.pool->size() && rows > per_task) cands.push_back({false, 4});
+    static const std::uint64_t ops_hash = [] {  // which kernel: its fused ops, by name
+      std::uint64_t h = 1469598103934665603ull;
+      for (std::size_t i = 0; i < N; ++i)
+        if (plan.group[i] == G)
+          for (const char* c = nodes[i].desc.name; *c; ++c) h = (h ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
+      return h;
+    }();
+    autotune::problem_id id;
+    id.v = {3, sizeof(T), ops_hash, rows, width, col_blocks, plan.kernels[K].passes, f.pool->size(), contig};
+    auto text = [&] {
+      std::string ops;
+      for (std::size_t i = 0; i < N; ++i)
+        if (plan.group[i] == G) ops += std::string(ops.empty() ? "" : ",") + nodes[i].desc.name;
+      return std::string("rows ") + (sizeof(T) == 4 ? "f32" : "f64") + " [" + std::to_string(rows) + ", " +
+             std::to_string(width) + "] " + std::to_string(plan.kernels[K].passes) + " passes (" + ops + ") threads " +
+             std::to_string(f.pool->size()) + (contig ? "" : " strided");
+    };
+    const std::size_t pick = autotune::choose(id, cands.size(), text, [&] {
+      std::vector<autotune::candidate> out;
+      for (const rows_choice& c : cands)
+        out.push_back({c.serial ? "1 thread" : c.task_scale > 1 ? "tasks 4x larger" : "default tasks",
+                       [&run_on, &f, c, per_task] {
+                         run_on(c.serial ? autotune::serial_pool() : *f.pool, per_task * c.task_scale);
+                       }});
+      return out;
+    });
+    return cands[pick];
   }
 
   static std::size_t workspace_row_scratch_stride(const frame_t&) {

@@ -98,15 +98,7 @@ class dynamic_function {
   /// Runs program p on a frame of Prog (inputs, payloads and outputs bound) for these extents.
   static void execute(const program_t& p, typename Prog::frame_t& f, const std::vector<dims>& extents,
                       cpu::runtime& rt) {
-    const auto concrete = specialise(p.graph, extents);
-    cpu::frame<T, NB> g;
-    for (std::size_t i = 0; i < N; ++i) {
-      g.loc[i] = f.loc[i];
-      g.copy_to[i] = f.copy_to[i];
-      g.payload[i] = f.payload[i];
-    }
-    g.pool = rt.pool;
-    p.run(g, concrete, rt, [&f, &p](int id, cpu::frame<T, NB>& gf) { bind_break(p, f, id, gf); });
+    execute(p, f, specialise(p.graph, extents), rt);
   }
 
   /// The host step of an opaque() kernel. Its function ran before the segment that reads it
