@@ -301,7 +301,7 @@ constexpr void assign_arena(plan_t<N>& p, const std::array<ir::node, N>& nodes, 
 
 /// The whole planner: nodes in, plan out. `outputs` are the model's results; `elem_bytes` the size of
 /// one element. `twins`: plan for nodes of one type holding one value (ir::node::twin) being
-/// computed once, which the runner checks per call (value twins, step 7); the run-time path has
+/// computed once, which the runner checks per call (value twins, step 5); the run-time path has
 /// merged them before planning and passes false.
 template <std::size_t N, std::size_t R>
 constexpr plan_t<N> make_plan(const std::array<ir::node, N>& nodes, const std::array<int, R>& outputs,
