@@ -14,11 +14,18 @@
 // each, one in the vector body and one in the tail, both ways round, along the last axis (row
 // kernels) and along axis 0 (column kernels).
 //
-// Cost: one model per op family (elementwise, reductions), so two JIT compiles (symbolic extents:
-// dynamic::always) and two static programs per family.
+// The derivative ops (the *_backward ops and select_* of ops/elementwise.hpp, which autodiff emits)
+// are a family of their own: g = a and the second operand b; the three-operand ones twice, once
+// with g = 0.75 over (a, b) and once with g = a over (b, 1). Their references are the derivatives
+// written from the math in double, with torch's choices where it makes one (below, by op).
+//
+// Cost: one model per op family (elementwise, derivatives, reductions), so one JIT compile
+// (symbolic extents: dynamic::always) and two static programs per family.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -60,11 +67,17 @@ auto elementwise_model = [](auto a, auto b) {
                          fb::ge(a, b), fb::where(a, b, fb::neg(b)), fb::where(fb::ne(a, a), 0.0f, a));
 };
 
-enum class cmp { exact, approx, pow };
+// grad: approx, with the absolute part scaled by |g| (= |a|): g times a derivative near 0 (silu' at
+// -100 is a float denormal) keeps the derivative's absolute error, times g.
+enum class cmp { exact, approx, pow, grad };
 struct op_ref {
   const char* name;
   cmp how;
   double (*f)(double, double);
+  /// The pairs the reference holds for (null: all). A derivative that reads its forward result y
+  /// is checked where the forward can give that y; a formula's intermediate that float can't hold
+  /// while the result fits (torch's formulas share it) is left out and said so.
+  bool (*valid)(double, double) = nullptr;
 };
 bool isnan2(double a, double b) { return std::isnan(a) || std::isnan(b); }
 constexpr double qnan = std::numeric_limits<double>::quiet_NaN();
@@ -109,19 +122,136 @@ constexpr std::size_t n_elementwise = std::size(elementwise_refs);
 static_assert(std::tuple_size_v<decltype(elementwise_model(fb::tensor<float, fb::shape<1>>{},
                                                            fb::tensor<float, fb::shape<1>>{}))> == n_elementwise);
 
+// ---- the derivative family: the ops autodiff emits, as nodes of their own ------------------------
+
+template <class Op, class... X>
+auto op(const X&... xs) {
+  return fb::detail::make_pointwise<Op>(std::source_location::current(), xs...);
+}
+auto backward_model = [](auto a, auto b) {
+  namespace o = fb::ops;
+  return std::make_tuple(
+      op<o::abs_backward>(a, b), op<o::sqrt_backward>(a, b), op<o::rsqrt_backward>(a, b),
+      op<o::tanh_backward>(a, b), op<o::sigmoid_backward>(a, b), op<o::relu_backward>(a, b),
+      op<o::gelu_backward>(a, b), op<o::gelu_tanh_backward>(a, b), op<o::silu_backward>(a, b),
+      op<o::where_backward_true>(a, b), op<o::where_backward_false>(a, b),
+      op<o::div_rhs_backward>(0.75f, a, b), op<o::div_rhs_backward>(a, b, 1.0f),
+      op<o::pow_base_backward>(0.75f, a, b), op<o::pow_base_backward>(a, b, 1.0f),
+      op<o::pow_exponent_backward>(0.75f, a, b), op<o::pow_exponent_backward>(a, b, 2.0f),
+      op<o::select_ge>(0.75f, a, b), op<o::select_ge>(a, b, 1.0f), op<o::select_gt>(0.75f, a, b),
+      op<o::select_gt>(a, b, 1.0f), op<o::select_le>(0.75f, a, b), op<o::select_le>(a, b, 1.0f),
+      op<o::select_lt>(0.75f, a, b), op<o::select_lt>(a, b, 1.0f), op<o::select_eq>(0.75f, a, b),
+      op<o::select_eq>(a, b, 1.0f));
+};
+
+constexpr double pi = 3.14159265358979323846;
+/// x beyond +-inf's reach: gelu', gelu_tanh' and silu' at +-inf are their limits (1; 0, and -0 for
+/// silu, from below), where torch's formulas give inf * 0 = NaN (see ops/elementwise.hpp).
+double limit_or(double x, double at_minus_inf, double at_inf, double value) {
+  return std::isinf(x) ? (x < 0 ? at_minus_inf : at_inf) : value;
+}
+/// The three-operand derivatives f(g, a, b), in the two placements of the model.
+template <double (*F)(double, double, double)>
+constexpr double g_ab(double a, double b) { return F(0.75, a, b); }
+template <double (*F)(double, double, double)>
+constexpr double ab_1(double a, double b) { return F(a, b, 1.0); }
+template <double (*F)(double, double, double)>
+constexpr double ab_2(double a, double b) { return F(a, b, 2.0); }
+double div_rhs(double g, double y, double b) { return -g * y / b; }
+// torch's pow_backward masks b = 0 to 0 (b a^(b-1) would be 0 * inf at a = 0).
+double pow_base(double g, double a, double b) { return b == 0 ? g * 0.0 : g * b * std::pow(a, b - 1); }
+// torch's pow_backward_exponent is 0 where the base is 0 and the exponent >= 0 (then y is +-0 or 1).
+double pow_exponent(double g, double y, double x) {
+  return x == 0 && std::fabs(y) <= 1 ? 0.0 : g * y * std::log(x);
+}
+double select_ge(double g, double a, double b) { return a >= b ? g : 0.0; }
+double select_gt(double g, double a, double b) { return a > b ? g : 0.0; }
+double select_le(double g, double a, double b) { return a <= b ? g : 0.0; }
+double select_lt(double g, double a, double b) { return a < b ? g : 0.0; }
+double select_eq(double g, double a, double b) { return a == b ? g : 0.0; }
+
+// g = a; y (the forward result) or x (its operand) = b.
+const op_ref backward_refs[] = {
+    // torch: g * sgn(x), sgn(+-0) = sgn(NaN) = 0, so a NaN or inf g gives NaN at x = +-0 or NaN.
+    {"abs_backward(g, x)", cmp::exact,
+     [](double g, double x) { return x > 0 ? g : x < 0 ? -g : g * 0.0; }},
+    // torch: g / (2 y): +-inf at y = +-0, NaN for g = 0 there.
+    // y = sqrt(x): NaN, -0, [0, 1.9e19] or inf.
+    {"sqrt_backward(g, y)", cmp::grad, [](double g, double y) { return g / (2 * y); },
+     [](double, double y) { return y == INFINITY || (!(y < 0) && !(y > 2e19)); }},
+    // y = rsqrt(x): NaN, +-inf (x = +-0) or [0, 8.5e22].
+    {"rsqrt_backward(g, y)", cmp::grad, [](double g, double y) { return -0.5 * g * y * y * y; },
+     [](double, double y) { return std::isinf(y) || (!(y < 0) && !(y > 8.5e22)); }},
+    {"tanh_backward(g, y)", cmp::grad, [](double g, double y) { return g * (1 - y * y); },
+     [](double, double y) { return !(std::fabs(y) > 1); }},
+    {"sigmoid_backward(g, y)", cmp::grad, [](double g, double y) { return g * y * (1 - y); },
+     [](double, double y) { return !(y < 0) && !(y > 1); }},
+    // torch's threshold_backward: y <= 0 ? 0 : g, so relu's gradient at NaN (y = NaN) is g.
+    {"relu_backward(g, y)", cmp::exact, [](double g, double y) { return y <= 0 ? 0.0 : g; }},
+    {"gelu_backward(g, x)", cmp::grad,
+     [](double g, double x) {
+       return g * limit_or(x, 0, 1, 0.5 * (1 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * pi));
+     }},
+    {"gelu_tanh_backward(g, x)", cmp::grad,
+     [](double g, double x) {
+       const double k = std::sqrt(2 / pi), c = 0.044715, t = std::tanh(k * (x + c * x * x * x));
+       return g * limit_or(x, 0, 1, 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * c * x * x));
+     }},
+    {"silu_backward(g, x)", cmp::grad,
+     [](double g, double x) {
+       const double s = 1 / (1 + std::exp(-x));
+       return g * limit_or(x, -0.0, 1, s * (1 + x * (1 - s)));
+     }},
+    // torch's where_backward: where(c, g, 0); a NaN condition is true, as in the forward.
+    {"where_backward_true(g, c)", cmp::exact, [](double g, double c) { return c != 0 ? g : 0.0; }},
+    {"where_backward_false(g, c)", cmp::exact, [](double g, double c) { return c != 0 ? 0.0 : g; }},
+    // y = a / b: no y != 0 whose dividend a = y b would be below float's denormals (-g y underflows).
+    {"div_rhs_backward(0.75, y, b)", cmp::approx, g_ab<div_rhs>,
+     [](double y, double b) {
+       return !(y != 0 && std::isfinite(y) && std::isfinite(b) && std::fabs(y * b) < dmin);
+     }},
+    {"div_rhs_backward(g, y, 1)", cmp::grad, ab_1<div_rhs>},
+    // Not where a^(b-1) overflows float while 0.75 b a^(b-1) fits (a denormal base, b near 0).
+    {"pow_base_backward(0.75, a, b)", cmp::pow, g_ab<pow_base>,
+     [](double a, double b) {
+       const double p = std::pow(a, b - 1);
+       return !(std::isfinite(p) && std::fabs(p) > fmax_ && std::fabs(0.75 * b * p) <= fmax_);
+     }},
+    {"pow_base_backward(g, a, 1)", cmp::pow, ab_1<pow_base>},
+    {"pow_exponent_backward(0.75, y, x)", cmp::approx, g_ab<pow_exponent>},
+    // Base 2, not 1: pow(1, e) is 1, so a y != 1 over base 1 is no forward's (and g y overflows
+    // before the * log(1) = 0).
+    {"pow_exponent_backward(g, y, 2)", cmp::grad, ab_2<pow_exponent>},
+    // The masks of maximum, minimum and the extremum reductions: IEEE comparisons, so a NaN operand
+    // masks g to 0 (ties go to a, as in their forward; torch splits a tie and passes g at NaN).
+    {"select_ge(0.75, a, b)", cmp::exact, g_ab<select_ge>},
+    {"select_ge(g, a, 1)", cmp::exact, ab_1<select_ge>},
+    {"select_gt(0.75, a, b)", cmp::exact, g_ab<select_gt>},
+    {"select_gt(g, a, 1)", cmp::exact, ab_1<select_gt>},
+    {"select_le(0.75, a, b)", cmp::exact, g_ab<select_le>},
+    {"select_le(g, a, 1)", cmp::exact, ab_1<select_le>},
+    {"select_lt(0.75, a, b)", cmp::exact, g_ab<select_lt>},
+    {"select_lt(g, a, 1)", cmp::exact, ab_1<select_lt>},
+    {"select_eq(0.75, a, b)", cmp::exact, g_ab<select_eq>},
+    {"select_eq(g, a, 1)", cmp::exact, ab_1<select_eq>},
+};
+static_assert(std::tuple_size_v<decltype(backward_model(fb::tensor<float, fb::shape<1>>{},
+                                                        fb::tensor<float, fb::shape<1>>{}))> ==
+              std::size(backward_refs));
+
 std::uint32_t bits(float x) { return std::bit_cast<std::uint32_t>(x); }
 bool same_bits(float x, float y) { return bits(x) == bits(y) || (std::isnan(x) && std::isnan(y)); }
 
 /// Whether got matches the double reference r: NaN exactly where r is NaN; +-inf exactly; exact
 /// ops bit for bit (the sign of zero included); the transcendental ops to float's few ulps
 /// (vmath, or the CUDA library on the device); pow to xsimd's exp(b log a).
-bool matches(float got, double r, cmp how) {
+bool matches(float got, double r, cmp how, double scale = 1) {
   const float rf = static_cast<float>(r);
   if (std::isnan(rf) || std::isnan(got)) return std::isnan(rf) && std::isnan(got);
   if (how == cmp::exact) return bits(got) == bits(rf);
   if (std::isinf(rf) || std::isinf(got)) return got == rf;
   const double rel = how == cmp::pow ? 2e-5 : 4e-6;
-  return std::fabs(static_cast<double>(got) - r) <= 2e-7 + rel * std::fabs(r);
+  return std::fabs(static_cast<double>(got) - r) <= 2e-7 * scale + rel * std::fabs(r);
 }
 
 /// The operands of pair p: a = S[p / NS], b = S[p % NS]; padding past the pairs is 1.
@@ -140,28 +270,30 @@ void gather(const Outs& outs, std::size_t first, std::size_t count, results& r) 
   }(std::make_index_sequence<std::tuple_size_v<Outs>>{});
 }
 
-void check_reference(const results& r, const std::string& what) {
-  for (std::size_t k = 0; k < n_elementwise; ++k) {
+void check_reference(std::span<const op_ref> refs, const results& r, const std::string& what) {
+  for (std::size_t k = 0; k < refs.size(); ++k) {
     std::size_t bad = 0;
     std::string first;
     for (std::size_t p = 0; p < pairs; ++p) {
       const double a = operand_a(p), b = operand_b(p);
-      const double ref = elementwise_refs[k].f(a, b);
-      if (!matches(r[k][p], ref, elementwise_refs[k].how) && bad++ == 0)
+      const double ref = refs[k].f(a, b);
+      if (refs[k].valid && !refs[k].valid(a, b)) continue;
+      if (!matches(r[k][p], ref, refs[k].how, refs[k].how == cmp::grad ? std::max(1.0, std::fabs(a)) : 1.0) &&
+          bad++ == 0)
         first = "(" + std::to_string(a) + ", " + std::to_string(b) + "): got " + std::to_string(r[k][p]) +
                 ", reference " + std::to_string(ref);
     }
-    INFO(elementwise_refs[k].name << " (" << what << "): " << bad << " of " << pairs << " wrong; first " << first);
+    INFO(refs[k].name << " (" << what << "): " << bad << " of " << pairs << " wrong; first " << first);
     CHECK(bad == 0);
   }
 }
 
-void check_same(const results& x, const results& y, const std::string& what) {
-  for (std::size_t k = 0; k < n_elementwise; ++k) {
+void check_same(std::span<const op_ref> refs, const results& x, const results& y, const std::string& what) {
+  for (std::size_t k = 0; k < refs.size(); ++k) {
     std::size_t bad = 0, first = 0;
     for (std::size_t p = 0; p < pairs; ++p)
       if (!same_bits(x[k][p], y[k][p]) && bad++ == 0) first = p;
-    INFO(elementwise_refs[k].name << ": " << what << ": " << bad << " differ; first (" << operand_a(first) << ", "
+    INFO(refs[k].name << ": " << what << ": " << bad << " differ; first (" << operand_a(first) << ", "
                                   << operand_b(first) << "): " << x[k][first] << " vs " << y[k][first]);
     CHECK(bad == 0);
   }
@@ -185,8 +317,8 @@ Tensor make(std::size_t n) {
 /// Runs f(a, b) over every pair: once as one lanes call, once as tails calls.
 template <class Tensor, class TailTensor, class F>
 std::pair<results, results> run_elementwise(F&& f) {
-  std::pair<results, results> out{results(n_elementwise, std::vector<float>(pairs)),
-                                  results(n_elementwise, std::vector<float>(pairs))};
+  constexpr std::size_t n = std::tuple_size_v<decltype(f(std::declval<Tensor&>(), std::declval<Tensor&>()))>;
+  std::pair<results, results> out{results(n, std::vector<float>(pairs)), results(n, std::vector<float>(pairs))};
   {
     Tensor a = make<Tensor>(lanes_n);
     Tensor b = make<Tensor>(lanes_n);
@@ -326,23 +458,36 @@ void render_cuda(std::vector<fb::jit::rendered_cuda_kernel>& out, std::size_t in
 
 }  // namespace
 
-TEST_CASE("special values: every elementwise op, lanes and tails, eager == static == JIT == C/IEEE reference",
-          "[ops][special]") {
+namespace {
+/// One family on every CPU path, lanes and tails, against its reference table and across paths.
+template <class Model>
+void check_family(Model model, std::span<const op_ref> refs) {
   fbt::use_private_cache("fusebox-special-");
-  const auto eager = run_elementwise<vec, vec>(fb::eager(elementwise_model));
-  auto compiled = fb::compile(elementwise_model);
+  const auto eager = run_elementwise<vec, vec>(fb::eager(model));
+  auto compiled = fb::compile(model);
   const auto statik =
       run_elementwise<fb::tensor<float, fb::shape<lanes_n>>, fb::tensor<float, fb::shape<tail_n>>>(compiled);
-  auto jit = fb::compile(elementwise_model, fb::options{.dynamic = fb::dynamic::always});
+  auto jit = fb::compile(model, fb::options{.dynamic = fb::dynamic::always});
   const auto dynamic = run_elementwise<vec, vec>(jit);
   for (const auto& [r, name] : {std::pair{&eager, "eager"}, {&statik, "static"}, {&dynamic, "JIT"}}) {
-    check_reference(r->first, std::string(name) + ", lanes");
-    check_reference(r->second, std::string(name) + ", tails");
-    check_same(r->first, r->second, std::string(name) + ": lane == tail");
+    check_reference(refs, r->first, std::string(name) + ", lanes");
+    check_reference(refs, r->second, std::string(name) + ", tails");
+    check_same(refs, r->first, r->second, std::string(name) + ": lane == tail");
   }
-  check_same(eager.first, statik.first, "eager == static (lanes)");
-  check_same(eager.first, dynamic.first, "eager == JIT (lanes)");
-  check_same(eager.second, dynamic.second, "eager == JIT (tails)");
+  check_same(refs, eager.first, statik.first, "eager == static (lanes)");
+  check_same(refs, eager.first, dynamic.first, "eager == JIT (lanes)");
+  check_same(refs, eager.second, dynamic.second, "eager == JIT (tails)");
+}
+}  // namespace
+
+TEST_CASE("special values: every elementwise op, lanes and tails, eager == static == JIT == C/IEEE reference",
+          "[ops][special]") {
+  check_family(elementwise_model, elementwise_refs);
+}
+
+TEST_CASE("special values: every derivative op (*_backward, select_*), lanes and tails, eager == static == JIT == "
+          "reference from the math", "[ops][special][autodiff]") {
+  check_family(backward_model, backward_refs);
 }
 
 TEST_CASE("special values: sum, mean, max, min over rows and columns, a special in the body and one in the tail, "
@@ -381,6 +526,7 @@ TEST_CASE("special values: the CUDA rendering of both families compiles with NVR
   using X = fb::input_leaf<0, float, fb::shape<fb::dyn, W>>;
   std::vector<fb::jit::rendered_cuda_kernel> kernels;
   render_cuda<typename program_of<decltype(elementwise_model(A{}, B{}))>::type>(kernels, 2);
+  render_cuda<typename program_of<decltype(backward_model(A{}, B{}))>::type>(kernels, 2);
   render_cuda<typename program_of<decltype(reduce_model(X{}))>::type>(kernels, 1);
   CHECK(!kernels.empty());
   try {
@@ -399,14 +545,18 @@ TEST_CASE("special values on the GPU: every elementwise op (vector and scalar en
     return;
   }
   using dvec = fb::cuda::tensor<float, fb::shape<fb::dyn>>;
-  auto model = fb::compile(elementwise_model);
-  const auto on_device = [&](const vec& a, const vec& b) {
-    const auto outs = model(dvec(a), dvec(b));
-    return std::apply([](const auto&... y) { return std::make_tuple(y.to_host()...); }, outs);
+  const auto on_gpu = [&](auto model_fn, std::span<const op_ref> refs) {
+    auto model = fb::compile(model_fn);
+    const auto on_device = [&](const vec& a, const vec& b) {
+      const auto outs = model(dvec(a), dvec(b));
+      return std::apply([](const auto&... y) { return std::make_tuple(y.to_host()...); }, outs);
+    };
+    const auto cuda = run_elementwise<vec, vec>(on_device);
+    check_reference(refs, cuda.first, "CUDA, vector entry");
+    check_reference(refs, cuda.second, "CUDA, scalar entry");
   };
-  const auto cuda = run_elementwise<vec, vec>(on_device);
-  check_reference(cuda.first, "CUDA, vector entry");
-  check_reference(cuda.second, "CUDA, scalar entry");
+  on_gpu(elementwise_model, elementwise_refs);
+  on_gpu(backward_model, backward_refs);
 
   fb::tensor<float, fb::shape<R, W>> xs;
   fill_rows(xs);

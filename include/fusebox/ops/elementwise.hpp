@@ -139,34 +139,49 @@ struct zeros_like {
     }                                                       \
   };
 // v is the forward result y, or the operand x where the derivative needs it.
-FUSEBOX_BACKWARD_OP(abs_backward, 3, math::select(math::gt(v, V(0)), g, math::select(math::lt(v, V(0)), math::neg(g), V(0))),
-                    b > 0.0f ? a : (b < 0.0f ? -a : 0.0f))
-FUSEBOX_BACKWARD_OP(sqrt_backward, 2, V(0.5) * g / v, 0.5f * a / b)
-FUSEBOX_BACKWARD_OP(rsqrt_backward, 4, V(-0.5) * g * v * v * v, -0.5f * a * b * b * b)
+// Special values as torch's derivatives have them: abs is g sgn(x) with sgn(+-0) = sgn(NaN) = 0 (so a
+// NaN or inf g gives NaN there); sqrt is g / (2 y), not 0.5 g / y (equal bits on ordinary values,
+// but 0.5 g underflows for a denormal g); relu is torch's threshold_backward, y <= 0 ? 0 : g, so a
+// NaN y passes g. gelu, gelu_tanh and silu take x beyond +-200 (the derivative is already exactly 1,
+// 0 or -0 in float there) to their limits, as their forward takes -inf to -0: never NaN for an
+// infinite x (torch's formulas give NaN there: inf * 0), nor for gelu_tanh's |x| > 1.8e19.
+FUSEBOX_BACKWARD_OP(abs_backward, 3,
+                    math::select(math::gt(v, V(0)), g, math::select(math::lt(v, V(0)), math::neg(g), g * V(0))),
+                    b > 0.0f ? a : (b < 0.0f ? -a : a * 0.0f))
+FUSEBOX_BACKWARD_OP(sqrt_backward, 2, g / (V(2) * v), a / (2.0f * b))
+// rsqrt: -0.5 last, as 0.5 g underflows for a denormal g (then 0 inf = NaN at y = inf); scaling by a
+// power of two is exact, so ordinary values keep their bits.
+FUSEBOX_BACKWARD_OP(rsqrt_backward, 4, g * v * v * v * V(-0.5), a * b * b * b * -0.5f)
 FUSEBOX_BACKWARD_OP(tanh_backward, 3, g * (V(1) - v * v), a * (1.0f - b * b))
 FUSEBOX_BACKWARD_OP(sigmoid_backward, 3, g * v * (V(1) - v), a * b * (1.0f - b))
-FUSEBOX_BACKWARD_OP(relu_backward, 1, math::select(math::gt(v, V(0)), g, V(0)), b > 0.0f ? a : 0.0f)
+FUSEBOX_BACKWARD_OP(relu_backward, 1, math::select(math::le(v, V(0)), V(0), g), b <= 0.0f ? 0.0f : a)
 // gelu'(x) = Phi(x) + x phi(x)
-FUSEBOX_BACKWARD_OP(gelu_backward, 40,
-                    g * (V(0.5) * (V(1) + vmath::erf(v * V(0.70710678118654752440))) +
-                         v * V(0.39894228040143267794) * vmath::exp(V(-0.5) * v * v)),
-                    a * (0.5f * (1.0f + erff(b * 0.70710678118654752f)) + b * 0.39894228040143268f * expf(-0.5f * b * b)))
+FUSEBOX_BACKWARD_OP(gelu_backward, 42,
+                    g * math::select(math::lt(v, V(-200)), V(0), math::select(math::gt(v, V(200)), V(1),
+                        V(0.5) * (V(1) + vmath::erf(v * V(0.70710678118654752440))) +
+                        v * V(0.39894228040143267794) * vmath::exp(V(-0.5) * v * v))),
+                    a * (b < -200.0f ? 0.0f : (b > 200.0f ? 1.0f :
+                    0.5f * (1.0f + erff(b * 0.70710678118654752f)) + b * 0.39894228040143268f * expf(-0.5f * b * b))))
 // gelu_tanh'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2), t = tanh(k (x + c x^3))
-FUSEBOX_BACKWARD_OP(gelu_tanh_backward, 34,
+FUSEBOX_BACKWARD_OP(gelu_tanh_backward, 36,
                     g * [&] {
                       const V t = vmath::tanh(V(0.79788456080286535588) * (v + V(0.044715) * v * v * v));
-                      return V(0.5) * (V(1) + t) + V(0.5) * v * (V(1) - t * t) * V(0.79788456080286535588) *
-                                                       (V(1) + V(3 * 0.044715) * v * v);
+                      return math::select(math::lt(v, V(-200)), V(0), math::select(math::gt(v, V(200)), V(1),
+                             V(0.5) * (V(1) + t) + V(0.5) * v * (V(1) - t * t) * V(0.79788456080286535588) *
+                                                       (V(1) + V(3 * 0.044715) * v * v)));
                     }(),
-                    a * (0.5f * (1.0f + tanhf(0.79788456080286536f * (b + 0.044715f * b * b * b))) + 0.5f * b *
+                    a * (b < -200.0f ? 0.0f : (b > 200.0f ? 1.0f :
+                    0.5f * (1.0f + tanhf(0.79788456080286536f * (b + 0.044715f * b * b * b))) + 0.5f * b *
                     (1.0f - tanhf(0.79788456080286536f * (b + 0.044715f * b * b * b)) * tanhf(0.79788456080286536f *
-                    (b + 0.044715f * b * b * b))) * 0.79788456080286536f * (1.0f + 0.134145f * b * b)))
+                    (b + 0.044715f * b * b * b))) * 0.79788456080286536f * (1.0f + 0.134145f * b * b))))
 // silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)
-FUSEBOX_BACKWARD_OP(silu_backward, 26,
+FUSEBOX_BACKWARD_OP(silu_backward, 28,
                     g * [&] {
                       const V s = vmath::sigmoid(v);
-                      return s * (V(1) + v * (V(1) - s));
-                    }(), a * (1.0f / (1.0f + expf(-b))) * (1.0f + b * (1.0f - 1.0f / (1.0f + expf(-b)))))
+                      return math::select(math::lt(v, V(-200)), V(-0.0), math::select(math::gt(v, V(200)), V(1),
+                                                                                     s * (V(1) + v * (V(1) - s))));
+                    }(), a * (b < -200.0f ? -0.0f : (b > 200.0f ? 1.0f :
+                    (1.0f / (1.0f + expf(-b))) * (1.0f + b * (1.0f - 1.0f / (1.0f + expf(-b)))))))
 // where(c, a, b): the gradient goes to a where c is non-zero, to b elsewhere (v is c)
 FUSEBOX_BACKWARD_OP(where_backward_true, 1, math::select(v, g, V(0)), b != 0.0f ? a : 0.0f)
 FUSEBOX_BACKWARD_OP(where_backward_false, 1, math::select(v, V(0), g), b != 0.0f ? 0.0f : a)
@@ -185,10 +200,15 @@ FUSEBOX_BACKWARD_OP(where_backward_false, 1, math::select(v, V(0), g), b != 0.0f
   };
 // d(a / b)/db = -g y / b, with a = y (the quotient) and b the divisor
 FUSEBOX_BACKWARD_OP3(div_rhs_backward, 3, math::neg(g) * a / b, -c * a / b)
-// d(a^b)/da = g b a^(b-1) (a, b: the operands)
-FUSEBOX_BACKWARD_OP3(pow_base_backward, 42, g * b * math::pow(a, b - V(1)), c * b * powf(a, b - 1.0f))
-// d(a^b)/db = g y log(a) (a: the result y, b: the base)
-FUSEBOX_BACKWARD_OP3(pow_exponent_backward, 22, g * a * vmath::log(b), c * a * logf(b))
+// d(a^b)/da = g b a^(b-1) (a, b: the operands); g 0 where b = 0, as torch masks it (b a^(b-1) would
+// be 0 inf = NaN at a = 0)
+FUSEBOX_BACKWARD_OP3(pow_base_backward, 43, math::select(math::eq(b, V(0)), g * V(0), g * b * math::pow(a, b - V(1))),
+                     b == 0.0f ? c * 0.0f : c * b * powf(a, b - 1.0f))
+// d(a^b)/db = g y log(a) (a: the result y, b: the base); 0 where the base is 0 and the exponent is
+// >= 0 (torch's where: then y is +-0 or 1), not y log(0) = 0 (-inf) = NaN
+FUSEBOX_BACKWARD_OP3(pow_exponent_backward, 25,
+                     math::select(math::eq(b, V(0)) * math::le(math::abs(a), V(1)), V(0), g * a * vmath::log(b)),
+                     b == 0.0f && fabsf(a) <= 1.0f ? 0.0f : c * a * logf(b))
 // The gradient where a comparison of a and b holds, else 0: maximum, minimum (ties go to a, as in
 // their forward), and the extremum reductions (select_eq: every position equal to the maximum).
 FUSEBOX_BACKWARD_OP3(select_ge, 1, math::select(math::ge(a, b), g, V(0)), a >= b ? c : 0.0f)
