@@ -174,14 +174,17 @@ FUSEBOX_BACKWARD_OP(gelu_tanh_backward, 36,
                     0.5f * (1.0f + tanhf(0.79788456080286536f * (b + 0.044715f * b * b * b))) + 0.5f * b *
                     (1.0f - tanhf(0.79788456080286536f * (b + 0.044715f * b * b * b)) * tanhf(0.79788456080286536f *
                     (b + 0.044715f * b * b * b))) * 0.79788456080286536f * (1.0f + 0.134145f * b * b))))
-// silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)
+// silu'(x) = s (1 + x (1 - s)), s = sigmoid(x); on the device s = e^x / (1 + e^x) below 0, so that
+// s stays a (denormal) number where e^-x overflows, as vmath::sigmoid does: inf * silu'(-100) is
+// -inf on both (found on the H100 by ops.special_values).
 FUSEBOX_BACKWARD_OP(silu_backward, 28,
                     g * [&] {
                       const V s = vmath::sigmoid(v);
                       return math::select(math::lt(v, V(-200)), V(-0.0), math::select(math::gt(v, V(200)), V(1),
                                                                                      s * (V(1) + v * (V(1) - s))));
                     }(), a * (b < -200.0f ? -0.0f : (b > 200.0f ? 1.0f :
-                    (1.0f / (1.0f + expf(-b))) * (1.0f + b * (1.0f - 1.0f / (1.0f + expf(-b)))))))
+                    (b < 0.0f ? expf(b) / (1.0f + expf(b)) : 1.0f / (1.0f + expf(-b))) *
+                    (1.0f + b * (1.0f - (b < 0.0f ? expf(b) / (1.0f + expf(b)) : 1.0f / (1.0f + expf(-b))))))))
 // where(c, a, b): the gradient goes to a where c is non-zero, to b elsewhere (v is c)
 FUSEBOX_BACKWARD_OP(where_backward_true, 1, math::select(v, g, V(0)), b != 0.0f ? a : 0.0f)
 FUSEBOX_BACKWARD_OP(where_backward_false, 1, math::select(v, V(0), g), b != 0.0f ? 0.0f : a)
