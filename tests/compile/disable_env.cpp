@@ -13,16 +13,14 @@
 
 #include <fusebox/fusebox.hpp>
 
+#include "../support/gelu_sigmoid.hpp"
+
 namespace fb = fusebox;
 
 namespace {
 
-auto model = [](auto x, auto w, auto b) { return fb::gelu(x * w + b) * fb::sigmoid(x); };
-
-double reference(double x, double w, double b) {
-  const double u = x * w + b;
-  return 0.5 * u * (1.0 + std::erf(u / std::sqrt(2.0))) / (1.0 + std::exp(-x));
-}
+const auto model = fbt::gelu_sigmoid;
+const auto reference = fbt::gelu_sigmoid_ref;
 
 std::size_t kernel_spans(const std::vector<fb::profile::event>& events) {
   std::size_t n = 0;

@@ -16,8 +16,6 @@
 #include <vector>
 
 #include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -26,6 +24,7 @@
 #include <fusebox/jit/posix.hpp>
 
 #include "../support/check.hpp"
+#include "../support/child.hpp"
 
 namespace fb = fusebox;
 using fbt::coord;
@@ -410,26 +409,10 @@ TEST_CASE("graph breaks: static-only child", "[.][static-logs-child]") {
 TEST_CASE("FUSEBOX_LOGS: an unknown category warns in a static-only program too", "[compile][logs]") {
   fb::jit::temp_directory scratch(fb::jit::detail::temp_root(), "fusebox-test-logs-");
   const auto output = scratch.path() / "child.txt";
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  std::vector<std::string> args = {self, "[static-logs-child]"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::string setting = "FUSEBOX_LOGS=graph_breaks,no_such_topic";
-  std::vector<char*> envp = {setting.data(), nullptr};
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, output.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  pid_t pid = -1;
-  REQUIRE(posix_spawn(&pid, self.c_str(), &actions, nullptr, argv.data(), envp.data()) == 0);
-  posix_spawn_file_actions_destroy(&actions);
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  std::ifstream in(output);
-  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const auto child = fbt::run_self("[static-logs-child]", {"FUSEBOX_LOGS=graph_breaks,no_such_topic"}, output);
+  const std::string& text = child.text;
   INFO(text);
-  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  CHECK(child.passed);
   CHECK(text.find("All tests passed") != std::string::npos);
   CHECK(count(text, "[fusebox] warning: FUSEBOX_LOGS: unknown category 'no_such_topic' ignored") == 1);
 }
