@@ -16,6 +16,11 @@
 //   dynamic --modes [--threads N]       only what options::mode buys on the CPU (max_autotune vs
 //                                       default on GEMM and conv shapes; reduce_overhead's per-call
 //                                       host time on a small dyn model)
+//   dynamic --schedule [--threads N]    only kernels whose run-time schedule changed in issue 21
+//                                       (dimension merging, column-reduction task split): the
+//                                       run-time path's time per call and the static path's on the
+//                                       same shapes; build it against old and new headers and
+//                                       alternate the binaries
 //   dynamic --warm-child W CACHE        (internal) the fresh process of the warm-start measurement
 //   dynamic --regional-child V CACHE    (internal) cold first result of variant V (1, 12 or 2g)
 #include <chrono>
@@ -23,6 +28,7 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fusebox/fusebox.hpp>
@@ -294,6 +300,46 @@ int modes(unsigned threads) {
   return 0;
 }
 
+/// --schedule (issue 21): kernels whose decisions moved into schedule/, on the run-time path
+/// (batch `dyn`) beside the static path on the same shapes, each pair timed in interleaved rounds.
+///   T2's relu mask: an elementwise kernel over [128, 64, 4, 4], 32768 rows of 4 unless merged;
+///   T2's bias gradient: a column sum over the batch of [128, 32, 24, 24], 24 columns a row unless
+///     the dimensions after the axis merge, and one task unless output rows are split too.
+template <class Model, class Dyn, class Static>
+void schedule_pair(const char* what, Model model, unsigned threads, const Dyn& dyn_args, const Static& static_args) {
+  auto f = fb::compile(model, fb::options{.threads = threads});
+  (void)std::apply(f, dyn_args);  // compile the run-time path's kernels
+  (void)std::apply(f, static_args);
+  const auto t = bench::measure_interleaved({{nullptr, [&] { (void)std::apply(f, dyn_args); }},
+                                             {nullptr, [&] { (void)std::apply(f, static_args); }}});
+  std::printf("%-52s run-time path %9.1f us  static path %9.1f us  run-time/static %.2fx\n", what, t[0].median_us,
+              t[1].median_us, t[0].median_us / t[1].median_us);
+}
+
+int schedule_changes(unsigned threads) {
+  fb::jit::temp_directory cache(fb::jit::detail::temp_root(), "fusebox-bench-schedule-");
+  ::setenv("FUSEBOX_CACHE_DIR", cache.path().c_str(), 1);
+  {
+    auto mask = [](const auto& x, const auto& g) { return fb::where(fb::gt(x, 0.0f), g, 0.0f); };
+    using S = fb::shape<128, 64, 4, 4>;
+    using D = fb::shape<fb::dyn, 64, 4, 4>;
+    fb::tensor<float, S> x, g;
+    fb::tensor<float, D> xd(128), gd(128);
+    x.fill_random(1), g.fill_random(2), xd.fill_random(1), gd.fill_random(2);
+    schedule_pair("relu mask where(x > 0, g, 0) [128, 64, 4, 4]", mask, threads, std::tie(xd, gd), std::tie(x, g));
+  }
+  {
+    auto bias_grad = [](const auto& g) { return fb::sum(g, fb::axis<0>); };
+    using S = fb::shape<128, 32, 24, 24>;
+    using D = fb::shape<fb::dyn, 32, 24, 24>;
+    fb::tensor<float, S> g;
+    fb::tensor<float, D> gd(128);
+    g.fill_random(1), gd.fill_random(1);
+    schedule_pair("column sum over the batch [128, 32, 24, 24]", bias_grad, threads, std::tie(gd), std::tie(g));
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc == 4 && std::string(argv[1]) == "--warm-child") {
     ::setenv("FUSEBOX_CACHE_DIR", argv[3], 1);
@@ -306,8 +352,10 @@ int main(int argc, char** argv) {
   unsigned threads = 2;
   for (int i = 1; i + 1 < argc; ++i)
     if (std::string(argv[i]) == "--threads") threads = static_cast<unsigned>(std::atoi(argv[i + 1]));
-  for (int i = 1; i < argc; ++i)
+  for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--modes") return modes(threads);
+    if (std::string(argv[i]) == "--schedule") return schedule_changes(threads);
+  }
   fb::jit::temp_directory cache(fb::jit::detail::temp_root(), "fusebox-bench-cache-");
   ::setenv("FUSEBOX_CACHE_DIR", cache.path().c_str(), 1);
 

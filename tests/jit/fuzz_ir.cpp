@@ -533,6 +533,18 @@ struct coverage {
   int column_reads_reduction_elsewhere = 0;  // a column kernel that misread one (misread_as_own)
   int rank0_results = 0;            // reductions to rank 0
   int rank0_kernels = 0;            // kernels over a rank-0 space
+  int merged_rows = 0;              // elementwise kernels of rank >= 2 the schedule merges per call
+  int merged_columns = 0;           // column kernels with >= 2 dimensions after the axis, merged likewise
+
+  void count_schedule(const fb::plan::plan_t<NB>& p, const fb::schedule::schedule_t<NB>& s) {
+    for (int k = 0; k < p.n_kernels; ++k) {
+      const auto& kn = p.kernels[k];
+      const int from = s.kernels[k].merge_from;
+      if (from < 0 || kn.space.rank < 2) continue;
+      if (kn.kind == fb::plan::kernel_kind::rows) ++merged_rows;
+      else if (kn.space.rank - static_cast<std::size_t>(from) >= 2) ++merged_columns;
+    }
+  }
 
   void count(const std::array<fb::ir::node, NB>& nodes, const fb::plan::plan_t<NB>& p, int size) {
     for (int i = 0; i < size; ++i) {
@@ -551,7 +563,7 @@ struct coverage {
       for (int g = 0; g < size; ++g) {
         const auto& n = nodes[static_cast<std::size_t>(g)];
         if (n.desc.kind != fb::node_kind::reduce || p.group[g] == kn.group || !reads(p, nodes, kn.group, g, size)) continue;
-        (fb::plan::detail::is_last_axis_reduce(n) ? reads_row : reads_col) = true;
+        (fb::plan::is_last_axis_reduce(n) ? reads_row : reads_col) = true;
         if (cols) {
           const fb::dims& space = nodes[static_cast<std::size_t>(nodes[static_cast<std::size_t>(kn.node)].inputs[0])].desc.shape;
           misread = misread || misread_as_own(n.desc.shape, n.desc.axis, n.desc.keepdim, space);
@@ -598,16 +610,21 @@ TEST_CASE("hundreds of random IR programs: JIT (exact and symbolic) == double in
       if (variant == 1 && c.B >= 2) pattern[3].extent[0] = fb::symbol(1);
       auto prog = std::make_shared<fb::jit::program<float, NB>>();
       prog->nodes = fb::jit::specialise(c.ir.nodes, pattern);
-      prog->plan = fb::plan::make_plan(prog->nodes, outputs, sizeof(float));
+      prog->plan = fb::plan::make_plan(prog->nodes, outputs, sizeof(float), false, /*checked=*/true);
       for (std::size_t i = 0; i < NB; ++i) prog->unit_inner[i] = true;
+      // The schedule the run-time path makes: elementwise and column kernels merge dimensions
+      // at each call (schedule/merge_dims.hpp), so their generated code reads rank and extents.
+      prog->sched = fb::schedule::make_schedule(prog->nodes, prog->plan, prog->unit_inner, prog->caps);
       if (variant == 0) seen_in_plans.count(prog->nodes, prog->plan, c.ir.size);
+      if (variant == 0) seen_in_plans.count_schedule(prog->plan, prog->sched);
       std::vector<fb::jit::rendered_kernel> mine;
       std::vector<int> ks;
       for (int k = 0; k < prog->plan.n_kernels; ++k) {
         const auto& kn = prog->plan.kernels[k];
         if (kn.kind == fb::plan::kernel_kind::rows || kn.kind == fb::plan::kernel_kind::reduce_cols ||
             (kn.kind == fb::plan::kernel_kind::matmul && kn.group >= 0)) {
-          mine.push_back(fb::jit::render_cpu_kernel(prog->nodes, prog->plan, k, fb::dtype::f32, prog->unit_inner));
+          mine.push_back(fb::jit::render_cpu_kernel(prog->nodes, prog->plan, k, fb::dtype::f32, prog->unit_inner, false,
+                                                    prog->sched.kernels[k]));
           ks.push_back(k);
         }
       }
@@ -765,7 +782,7 @@ TEST_CASE("hundreds of random IR programs: JIT (exact and symbolic) == double in
        << cov.column_reads_reduction_elsewhere << "; column of column " << cov.column_of_column << ", column of row "
        << cov.column_of_row << ", row of column " << cov.row_of_column << ", row of row " << cov.row_of_row
        << "; axis dropped " << cov.dropped_axis << ", rank-0 results " << cov.rank0_results << ", rank-0 kernels "
-       << cov.rank0_kernels);
+       << cov.rank0_kernels << "; merged elementwise " << cov.merged_rows << ", merged column " << cov.merged_columns);
   for (int axis = 0; axis < 3; ++axis)
     for (int keep = 0; keep < 2; ++keep) {
       INFO("reductions of a rank-3 value along axis " << axis << (keep ? " (keepdim)" : ""));
@@ -779,4 +796,6 @@ TEST_CASE("hundreds of random IR programs: JIT (exact and symbolic) == double in
   CHECK(cov.dropped_axis >= per_320(100));
   CHECK(cov.rank0_results >= per_320(20));
   CHECK(cov.rank0_kernels >= per_320(10));
+  CHECK(cov.merged_rows >= per_320(80));
+  CHECK(cov.merged_columns >= per_320(60));
 }

@@ -22,7 +22,7 @@
 // with an inner stride other than 0 or 1 take a scalar strided path.
 // Under max_autotune (cpu/autotune.hpp) a rows kernel's task size and thread count are timed
 // choices, as gemm's and conv2d's are.
-// Depends on: plan/planner.hpp, ir/graph.hpp, cpu/{simd,thread_pool,gemm,autotune}.hpp, core/.
+// Depends on: plan/planner.hpp, schedule/schedule.hpp, ir/graph.hpp, cpu/{simd,thread_pool,gemm,autotune}.hpp, core/.
 #pragma once
 
 #include <algorithm>
@@ -52,6 +52,7 @@
 #include "fusebox/ir/graph.hpp"
 #include "fusebox/ops/fast_math.hpp"
 #include "fusebox/plan/planner.hpp"
+#include "fusebox/schedule/schedule.hpp"
 #include "fusebox/profile.hpp"
 
 namespace fusebox::cpu {
@@ -70,11 +71,6 @@ struct frame {
   thread_pool* pool = nullptr;
 };
 
-namespace detail {
-inline constexpr std::size_t min_task_elems = 1 << 14;  // below this a task costs more to hand out than to run
-
-}  // namespace detail
-
 /// FastMath: pointwise ops evaluate ops::fast_math_t<Op> (options::fast_math given at build time,
 /// ops/fast_math.hpp). `program<T, Roots...>` is the faithful one.
 template <bool FastMath, class T, class... Roots>
@@ -83,6 +79,8 @@ struct basic_program {
   static constexpr std::size_t N = graph::size;
   static constexpr auto nodes = graph::nodes;
   static constexpr plan::plan_t<N> plan = plan::make_plan(graph::nodes, graph::outputs, sizeof(T), true);
+  /// How the host runs each kernel (schedule/schedule.hpp): the same decisions as the run-time path's.
+  static constexpr schedule::schedule_t<N> sched = schedule::make_schedule(nodes, plan, std::array<bool, N>{}, schedule::cpu_caps);
   using value_type = T;
   using frame_t = frame<T, N>;
   using V = vec<T>;
@@ -201,7 +199,7 @@ struct basic_program {
             break;
           case node_kind::attention:
             s = fusebox::detail::attention_shape(shape_at(f, nd.inputs[0]), shape_at(f, nd.inputs[1]),
-                                                 shape_at(f, nd.inputs[2]), nd.desc.axis == 1)
+                                                 shape_at(f, nd.inputs[2]), nd.desc.causal)
                     .out;
             break;
           case node_kind::spatial:
@@ -210,7 +208,7 @@ struct basic_program {
                     .out;
             break;
           case node_kind::gather:
-            s = fusebox::detail::gather_shape(nd.desc.variant, nd.desc.view_start, shape_at(f, nd.inputs[0]),
+            s = fusebox::detail::gather_shape(nd.desc.variant, nd.desc.vocab, shape_at(f, nd.inputs[0]),
                                               shape_at(f, nd.inputs[1]))
                     .out;
             break;
@@ -394,28 +392,12 @@ struct basic_program {
     }
   };
 
-  /// Merges neighbouring dimensions from `first` on that every operand in `ids` walks as one
-  /// (stride[d] == stride[d + 1] * extent[d + 1]), in `space` and in `a`'s strides: fewer, longer
-  /// rows for the same elements. T2's [128, 32, 24, 24] summed over the batch becomes 4096 rows
-  /// of 576 instead of 98304 rows of 24, where the per-row addressing was most of the work.
-  /// The evaluator reads an operand whose static last extent is 1 as constant along the row; its
-  /// stride there is 0 (space_strides gives extents of 1 stride 0), so it merges only with
-  /// dimensions it is also constant along, and stays constant along the merged row.
+  /// schedule::merge_dims over the operands `ids` of `a` (schedule/merge_dims.hpp). The evaluator
+  /// reads an operand whose static last extent is 1 as constant along the row; its stride there is
+  /// 0, so it merges only with dimensions it is also constant along, and stays constant along the
+  /// merged row.
   static void merge_dims_from(std::size_t first, dims& space, row_addressing& a, const int* ids, int n) {
-    if (space.rank < 2) return;
-    for (std::size_t d = space.rank - 1; d-- > first;) {
-      bool joint = true;
-      for (int q = 0; q < n && joint; ++q)
-        joint = a.stride[ids[q]][d] == a.stride[ids[q]][d + 1] * static_cast<std::ptrdiff_t>(space.extent[d + 1]);
-      if (!joint) continue;
-      space.extent[d] *= space.extent[d + 1];
-      for (int q = 0; q < n; ++q) a.stride[ids[q]][d] = a.stride[ids[q]][d + 1];
-      for (std::size_t e = d + 1; e + 1 < space.rank; ++e) {
-        space.extent[e] = space.extent[e + 1];
-        for (int q = 0; q < n; ++q) a.stride[ids[q]][e] = a.stride[ids[q]][e + 1];
-      }
-      --space.rank;
-    }
+    schedule::merge_dims(first, space, n, [&](int q) { return a.stride[ids[q]]; });
   }
 
   // Kernel K's group and passes as class-scope constants: generic lambdas below name them in
@@ -537,17 +519,15 @@ struct basic_program {
     // A group with nothing per row (no reduction, no row-constant value) is elementwise: its
     // dimensions merge wherever every operand allows, so that short rows ([128, 64, 4, 4] is 32768
     // rows of 4) become a few long ones and the addressing is paid per row, not per 4 elements.
-    if constexpr (kn.passes == 0 && row_steps(G).size == 0 && souts.size == 0)
-      merge_dims_from(0, space, proto, all_ids.first.data(), all_ids.second);
+    if constexpr (sched.kernels[K].merge_from >= 0)
+      merge_dims_from(sched.kernels[K].merge_from, space, proto, all_ids.first.data(), all_ids.second);
 
     const std::size_t rows = outer_size(space);
     const std::size_t width = space.back(0);
     // Pure elementwise groups may also split a row; reductions keep a row whole.
-    const std::size_t col_block = kn.passes == 0 && width > detail::min_task_elems
-                                      ? std::max<std::size_t>(detail::min_task_elems / VS * VS, VS)
-                                      : width;
-    const std::size_t col_blocks = (width + col_block - 1) / col_block;
-    std::size_t rows_per_task = std::max<std::size_t>(1, detail::min_task_elems / width);
+    const schedule::row_split split = schedule::split_rows(width, kn.passes > 0, VS);
+    const std::size_t col_block = split.col_block, col_blocks = split.col_blocks;
+    std::size_t rows_per_task = split.rows_per_task;
     const bool merged = !kn.twins || twins_equal<K>(f);
     auto task = [&](std::size_t t, unsigned worker) {
       row_addressing a = proto;
@@ -766,7 +746,7 @@ struct basic_program {
       return l;
     }();
     constexpr int n_ids = ext.size + 1 + members_out.size;
-    merge_dims_from(axis + 1, space, proto, ids.data(), n_ids);
+    if constexpr (sched.kernels[K].merge_from >= 0) merge_dims_from(sched.kernels[K].merge_from, space, proto, ids.data(), n_ids);
     const std::size_t rows = outer_size(space), width = space.back(0);
     const std::size_t count = space.extent[axis];
     // Input rows that differ only along the reduced axis share one output row: input row
@@ -777,13 +757,8 @@ struct basic_program {
     // Tasks split the columns, and the output rows too when there are too few columns to go
     // round (T2's conv 2: [128, 64, 64] summed over the batch is one block of 64 columns).
     // Every task owns its output elements, so no two tasks add into one.
-    const std::size_t threads = f.pool->size();
-    const std::size_t block = std::max<std::size_t>(VS * 16, (width + threads - 1) / threads);
-    const std::size_t blocks = (width + block - 1) / block;
-    const bool worth_sharing = rows * width >= 2 * detail::min_task_elems;
-    const std::size_t row_chunks =
-        worth_sharing && blocks < threads ? std::min(out_rows, (threads + blocks - 1) / blocks) : 1;
-    const std::size_t chunk = (out_rows + row_chunks - 1) / row_chunks;
+    const schedule::column_split split = schedule::split_columns(rows, width, out_rows, f.pool->size(), VS);
+    const std::size_t block = split.block, blocks = split.blocks, chunk = split.chunk, row_chunks = split.row_chunks;
     auto task = [&](std::size_t t, unsigned) {
       row_addressing a = proto;
       const std::size_t c0 = t % blocks * block, c1 = std::min(width, c0 + block);
@@ -941,11 +916,11 @@ struct basic_program {
     constexpr int I = plan.kernels[K].node;
     if constexpr (nodes[I].desc.variant == 0)
       cpu::attention(f.loc[nodes[I].inputs[0]], f.loc[nodes[I].inputs[1]], f.loc[nodes[I].inputs[2]], f.loc[I],
-                     nodes[I].desc.axis == 1, *f.pool);
+                     nodes[I].desc.causal, *f.pool);
     else
       cpu::attention_backward(f.loc[nodes[I].inputs[0]], f.loc[nodes[I].inputs[1]], f.loc[nodes[I].inputs[2]],
                               f.loc[nodes[I].inputs[3]], f.loc[nodes[I].inputs[4]], f.loc[I], nodes[I].desc.variant,
-                              nodes[I].desc.axis == 1, *f.pool);
+                              nodes[I].desc.causal, *f.pool);
   }
 
   template <int K>

@@ -58,7 +58,7 @@ std::string kernel_ops(int k) {
              (kn.group >= 0 ? " + epilogue(" + members(kn.group) + ")" : std::string());
     case plan::kernel_kind::opaque: return "opaque (user function: graph break)";
     case plan::kernel_kind::attention:
-      return std::string(nodes[kn.node].desc.name) + (nodes[kn.node].desc.axis == 1 ? " (causal)" : "");
+      return std::string(nodes[kn.node].desc.name) + (nodes[kn.node].desc.causal ? " (causal)" : "");
     case plan::kernel_kind::gather: return nodes[kn.node].desc.name;
     case plan::kernel_kind::pad:
       return nodes[kn.node].n_inputs == 1 ? "pad (a slice's gradient)"
@@ -163,7 +163,7 @@ std::string describe(unsigned threads) {
     } else if (kn.kind == plan::kernel_kind::attention) {
       const ir::node& n = nodes[kn.node];
       const dims &q = nodes[n.inputs[0]].desc.shape, &kk = nodes[n.inputs[1]].desc.shape, &o = n.desc.shape;
-      const double pairs = static_cast<double>(q[0] * q[1] * q[2] * kk[1]) * (n.desc.axis == 1 ? 0.5 : 1.0);
+      const double pairs = static_cast<double>(q[0] * q[1] * q[2] * kk[1]) * (n.desc.causal ? 0.5 : 1.0);
       const double e = static_cast<double>(q[3]), ev = static_cast<double>(nodes[n.inputs[2]].desc.shape[3]);
       // Forward: scores and the weighted sum. Gradients (cpu/attention.hpp): the scores twice (the
       // row statistics, then the pairs), dp, and the dq, dk, dv sums.

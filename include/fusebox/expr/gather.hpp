@@ -8,7 +8,7 @@
 //
 //   variant 0  embedding           (w [V, D], ids [...])    -> [..., D]   out[i, :] = w[ids[i], :]
 //   variant 1  embedding_backward  (g [..., D], ids [...])  -> [V, D]     dw[v, :] = sum of g[i, :] over ids[i] == v
-//                                                                         (V is desc.view_start)
+//                                                                         (V is desc.vocab)  
 // Ids are carried in the weight's element type (float or double tensors holding exact integers;
 // see docs/architecture.md, "Embedding"): the IR has one element type per program.
 // A `dyn` extent is carried through and checked when it is known.
@@ -81,7 +81,7 @@ struct gather_node : expr_base {
   using op = Op;
   static constexpr node_desc desc = [] {
     node_desc d{node_kind::gather, Op::name, rule.out, -1, false, Op::variant == 0 ? 0 : 1};
-    d.view_start = Op::rows;
+    d.vocab = Op::rows;
     d.variant = Op::variant;
     return d;
   }();

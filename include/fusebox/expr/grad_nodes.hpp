@@ -52,9 +52,10 @@ struct attention_backward_node : expr_base {
   static constexpr node_desc desc = [] {
     node_desc d{node_kind::attention,
                 Part == 1 ? "attention_backward_dq" : Part == 2 ? "attention_backward_dkv" : "attention_backward",
-                detail::attention_backward_shape(Part, Q::desc.shape, K::desc.shape, V::desc.shape), Causal ? 1 : 0,
+                detail::attention_backward_shape(Part, Q::desc.shape, K::desc.shape, V::desc.shape), -1,
                 false, static_cast<int>(10 * keys * head)};
     d.variant = Part;
+    d.causal = Causal;
     return d;
   }();
   static constexpr bool has_payload =

@@ -35,29 +35,28 @@ namespace fusebox {
 enum class node_kind : std::uint8_t { input, tensor, scalar, pointwise, reduce, matmul, view, opaque, attention, spatial, pad,
                                       gather };
 
-constexpr const char* name(node_kind k) {
-  constexpr const char* names[] = {"input",  "tensor", "scalar", "pointwise", "reduce",
-                                   "matmul", "view",   "opaque", "attention", "spatial", "pad", "gather"};
-  return names[static_cast<int>(k)];
-}
+// What each kind means to the stages below capture (fused or not, its kernel, its memory): one row
+// per kind in ir/node_kinds.hpp.
 
 /// What every stage needs to know about a node, as a constexpr value.
 struct node_desc {
   node_kind kind = node_kind::pointwise;
   const char* name = "";
   dims shape{};
-  int axis = -1;                ///< reductions: the reduced dimension (normalised, >= 0); attention: 1 if causal;
-                                ///< slice views: the sliced dimension (-1 for other views)
+  int axis = -1;                ///< reductions: the reduced dimension (normalised, >= 0); slice views and pad:
+                                ///< the sliced or padded dimension (-1 for other views)
   bool keepdim = false;         ///< reductions
   int flops = 0;                ///< per output element, for reports and fusion heuristics
   std::size_t input_index = 0;  ///< input leaves: which argument
   int view_a = -1, view_b = -1; ///< views: the two swapped dimensions of a transpose; -1 for reshape
   const char* device = "";      ///< pointwise and reduce: the op's CUDA spelling (ops/), "" if it has none
   window win{};                 ///< spatial nodes (conv2d, pooling): op, window, stride, padding (expr/window.hpp)
-  std::size_t view_start = 0;   ///< slice views: the first element kept along `axis`; pad: where the operand starts;
-                                ///< gather variant 1 (embedding_backward): the weight's rows V
+  std::size_t view_start = 0;   ///< slice views: the first element kept along `axis`; pad: where the operand
+                                ///< starts; flatten: the first dimension merged
   int variant = 0;              ///< attention: 0 the forward; its gradient kernels: 1 dq, 2 dk|dv, 3 dq|dk|dv (expr/grad_nodes.hpp);
                                 ///< gather: 0 embedding, 1 its scatter-add gradient (expr/gather.hpp)
+  bool causal = false;          ///< attention and its gradient kernels: the causal mask
+  std::size_t vocab = 0;        ///< gather variant 1 (embedding_backward): the weight's rows V
   bool recompute = false;       ///< a forward value the backward computes again (activation memory budget,
                                 ///< autodiff/remat.hpp): the planner fuses it into its consumers, never its producers
 };
@@ -300,8 +299,12 @@ struct attention_node : expr_base {
   static constexpr bool causal = Causal;
   static constexpr std::size_t keys = K::desc.shape.rank == 4 ? K::desc.shape.extent[1] : 0;
   static constexpr std::size_t head = Q::desc.shape.rank == 4 ? Q::desc.shape.extent[3] : 0;
-  static constexpr node_desc desc{node_kind::attention, "attention", rule.out, Causal ? 1 : 0, false,
-                                  keys == dyn || head == dyn ? 0 : static_cast<int>(4 * keys * head)};
+  static constexpr node_desc desc = [] {
+    node_desc d{node_kind::attention, "attention", rule.out, -1, false,
+                keys == dyn || head == dyn ? 0 : static_cast<int>(4 * keys * head)};
+    d.causal = Causal;
+    return d;
+  }();
   static constexpr bool has_payload = Q::has_payload || K::has_payload || V::has_payload;
   static constexpr bool symbolic = Q::symbolic || K::symbolic || V::symbolic;
   static constexpr bool fullgraph = Q::fullgraph || K::fullgraph || V::fullgraph;

@@ -10,7 +10,7 @@
 // call can find which of them are one value (ir/value_numbers.hpp).
 //
 // `graph<Roots...>::node_types` maps a node id back to its expression type, for the kernels.
-// Depends on: expr/node.hpp, meta/type_list.hpp.
+// Depends on: expr/node.hpp, ir/node_kinds.hpp, meta/type_list.hpp.
 #pragma once
 
 #include <array>
@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "fusebox/expr/node.hpp"
+#include "fusebox/ir/node_kinds.hpp"
 #include "fusebox/meta/type_list.hpp"
 
 namespace fusebox::ir {
@@ -44,13 +45,6 @@ struct node {
   /// this one exactly when their payloads are equal: only the call can tell (ir/value_numbers.hpp).
   int twin = -1;
 };
-
-constexpr bool is_payload_kind(node_kind k) {
-  return k == node_kind::tensor || k == node_kind::scalar || k == node_kind::opaque;
-}
-constexpr bool is_leaf_kind(node_kind k) {
-  return k == node_kind::input || k == node_kind::tensor || k == node_kind::scalar;
-}
 
 namespace detail {
 

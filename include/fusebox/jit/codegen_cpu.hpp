@@ -5,9 +5,12 @@
 // a loop over rows with one reduction pass per reduce (four accumulators, then the scalar tail),
 // per-row scalars between passes, and an output pass; a reduce_cols kernel accumulates rows into
 // an output row; a matmul epilogue evaluates its group over a run of one output row. Known extents
-// are baked in as literals; symbolic ones are read from `kernel_args::space`. Node numbers are
-// local to the kernel (jit/kernel_abi.hpp), so identical kernels render to identical text.
-// Depends on: plan/planner.hpp, ir/graph.hpp, jit/{emitter,kernel_abi}.hpp.
+// are baked in as literals; symbolic ones are read from `kernel_args::space`. Where the schedule
+// merges the kernel's dimensions at bind time (schedule/merge_dims.hpp: elementwise rows, and a
+// column reduction's dimensions after its axis), the kernel reads its rank and every extent from
+// `kernel_args` instead. Node numbers are local to the kernel (jit/kernel_abi.hpp), so identical
+// kernels render to identical text.
+// Depends on: plan/planner.hpp, schedule/schedule.hpp, ir/graph.hpp, jit/{emitter,kernel_abi}.hpp.
 #pragma once
 
 #include <array>
@@ -19,6 +22,7 @@
 #include "fusebox/jit/emitter.hpp"
 #include "fusebox/jit/kernel_abi.hpp"
 #include "fusebox/plan/planner.hpp"
+#include "fusebox/schedule/schedule.hpp"
 
 namespace fusebox::jit {
 
@@ -41,9 +45,9 @@ template <std::size_t N>
 class cpu_codegen {
  public:
   cpu_codegen(const std::array<ir::node, N>& nodes, const plan::plan_t<N>& p, int k, dtype t,
-              const std::array<bool, N>& unit_inner, bool fast_math = false)
+              const std::array<bool, N>& unit_inner, bool fast_math, const schedule::kernel_schedule& ks)
       : nodes_(nodes), p_(p), k_(plan::at_least_rank1(p.kernels[k])), t_(t), unit_inner_(unit_inner),
-        fast_math_(fast_math) {
+        fast_math_(fast_math), merged_(ks.merge_from >= 0) {
     local_of_.fill(-1);
   }
 
@@ -78,9 +82,10 @@ class cpu_codegen {
   std::string ptr(int g, bool writable = false) {
     const std::string l = L(g);
     if (pointer_decl_[g].empty()) {
-      const std::size_t r = k_.space.rank;
+      const std::size_t r = merged_ ? 0 : k_.space.rank;
       std::string s = std::string(writable ? "T* const p" : "const T* const p") + l + " = static_cast<" +
                       (writable ? "T*" : "const T*") + ">(a->ptr[" + l + "])";
+      if (merged_) s += " + fusebox::jit::row_offset(a, " + l + ", row_)";
       for (std::size_t d = 0; d + 1 < r; ++d)
         s += " + static_cast<std::ptrdiff_t>(i" + std::to_string(d) + ") * a->stride[" +
              std::to_string(local(g) * static_cast<int>(abi_max_rank) + static_cast<int>(d)) + "]";
@@ -90,6 +95,7 @@ class cpu_codegen {
     return "p" + l;
   }
   std::string inner_stride(int g) {
+    if (merged_) return "a->stride[" + std::to_string(local(g) * static_cast<int>(abi_max_rank)) + " + R_ - 1]";
     return "a->stride[" + std::to_string(local(g) * static_cast<int>(abi_max_rank) + static_cast<int>(k_.space.rank) - 1) + "]";
   }
 
@@ -118,6 +124,8 @@ class cpu_codegen {
   /// Loop-invariant prologue: extents and the row coordinates.
   std::string prologue() const {
     std::string s = "  using T = " + std::string(elem()) + ";\n  using V = xsimd::batch<T>;\n  constexpr std::size_t VS = V::size;\n";
+    if (merged_)  // the host merged dimensions: rank and extents are the call's
+      return s + "  const std::size_t R_ = a->rank;\n  const std::size_t W = a->space[R_ - 1];\n  (void)W; (void)VS;\n";
     const std::size_t r = k_.space.rank;
     for (std::size_t d = 0; d < r; ++d)
       s += "  const std::size_t E" + std::to_string(d) + " = " + extent_text(k_.space.extent[d], d) + ";\n";
@@ -125,6 +133,7 @@ class cpu_codegen {
     return s;
   }
   std::string coordinates(const std::string& row) const {
+    if (merged_) return "    const std::size_t row_ = " + row + ";\n";
     std::string s = "    std::size_t q_ = " + row + ";\n";
     const std::size_t r = k_.space.rank;
     for (std::size_t d = r - 1; d-- > 0;)
@@ -211,7 +220,8 @@ class cpu_codegen {
     s += "  for (std::size_t r = r0; r < r1; ++r) {\n" + coordinates("r") + pointers();
     s += "    T rs[" + std::to_string(locals_.size() + 1) + "];\n    (void)rs;\n";
     s += steps + out + scalar_outs + "  }\n}\n";
-    summary_ = "rows over " + to_string(k_.space) + ", " + std::to_string(k_.passes) + " pass(es)";
+    summary_ = "rows over " + to_string(k_.space) + ", " + std::to_string(k_.passes) + " pass(es)" +
+               (merged_ ? ", dimensions merged per call" : "");
     return s;
   }
 
@@ -225,30 +235,34 @@ class cpu_codegen {
       if (member(static_cast<int>(g)) && p_.materialised[g] && nodes_[g].desc.kind == node_kind::pointwise)
         b.statement(b.lang().store(ptr(static_cast<int>(g), true), value(b, static_cast<int>(g), 0)));
     const std::string po = ptr(r_id, true);
-    std::string s = signature("std::size_t c0, std::size_t c1");
+    std::string s = signature("std::size_t o0, std::size_t o1, std::size_t c0, std::size_t c1");
     s += prologue();
-    const std::string rows_expr = [&] {
+    const std::string axis = std::to_string(rn.desc.axis);
+    const std::string inner_rows = [&] {  // input rows between two steps along the axis
+      if (merged_)
+        return "[&] { std::size_t e = 1; for (std::size_t d = " + axis + " + 1; d + 1 < R_; ++d) e *= a->space[d]; return e; }()";
       std::string e = "1u";
-      for (std::size_t d = 0; d + 1 < k_.space.rank; ++d) e += " * E" + std::to_string(d);
+      for (std::size_t d = static_cast<std::size_t>(rn.desc.axis) + 1; d + 1 < k_.space.rank; ++d) e += " * E" + std::to_string(d);
       return e;
     }();
+    const std::string count = merged_ ? "a->space[" + axis + "]" : "E" + axis;
     const std::string os = inner_stride(r_id);
     s += "  using Op = fusebox::ops::" + std::string(rn.desc.name) + ";\n";
-    s += "  const std::size_t rows = " + rows_expr + ";\n";
-    // Every input row with the same coordinates off the reduced axis shares one output row:
-    // that row is initialised and finalised once, by the input row whose axis coordinate is 0.
-    const std::string first_of_output = "    if (i" + std::to_string(rn.desc.axis) + " != 0) continue;\n";
-    s += "  for (std::size_t r = 0; r < rows; ++r) {\n" + coordinates("r") + first_of_output + pointers();
+    s += "  const std::size_t count = " + count + ", inner_rows = " + inner_rows + ";\n";
+    // Output row o (the input's rows without the reduced axis) sums input rows
+    // input_row(o, 0..count-1), in that order whatever the task split.
+    s += "  auto input_row = [&](std::size_t o, std::size_t k) { return ((o / inner_rows) * count + k) * inner_rows + o % inner_rows; };\n";
+    s += "  (void)input_row;\n";
+    s += "  for (std::size_t orow = o0; orow < o1; ++orow) {\n" + coordinates("input_row(orow, 0)") + pointers();
     s += "    for (std::size_t j = c0; j < c1; ++j) " + po + "[static_cast<std::ptrdiff_t>(j) * " + os + "] = Op::identity<T>();\n  }\n";
-    s += "  for (std::size_t r = 0; r < rows; ++r) {\n" + coordinates("r") + pointers();
+    s += "  for (std::size_t orow = o0; orow < o1; ++orow)\n  for (std::size_t k = 0; k < count; ++k) {\n" + coordinates("input_row(orow, k)") + pointers();
     s += "    auto acc = [&]<class W_>(std::size_t j) {\n" + b.text("      ") +
          "      if constexpr (std::is_same_v<W_, T>) {\n        T& o = " + po + "[static_cast<std::ptrdiff_t>(j) * " + os +
          "];\n        o = Op::combine(o, " + v + ");\n      } else {\n        fusebox::cpu::store_v(" + po +
          " + j, Op::combine(fusebox::cpu::load_v<W_>(" + po + " + j), " + v + "));\n      }\n    };\n";
     s += "    if (" + os + " == 1) {\n" + column_loop("acc", "c0", "c1") +
          "    } else {\n      for (std::size_t j = c0; j < c1; ++j) acc.template operator()<T>(j);\n    }\n  }\n";
-    s += "  const std::size_t count = E" + std::to_string(rn.desc.axis) + ";\n";
-    s += "  for (std::size_t r = 0; r < rows; ++r) {\n" + coordinates("r") + first_of_output + pointers();
+    s += "  for (std::size_t orow = o0; orow < o1; ++orow) {\n" + coordinates("input_row(orow, 0)") + pointers();
     s += "    for (std::size_t j = c0; j < c1; ++j) {\n      T& x = " + po + "[static_cast<std::ptrdiff_t>(j) * " + os + "];\n      x = Op::finalize(x, count);\n    }\n  }\n}\n";
     summary_ = std::string("column ") + rn.desc.name + " over " + to_string(k_.space);
     return s;
@@ -288,6 +302,7 @@ class cpu_codegen {
   dtype t_;
   const std::array<bool, N>& unit_inner_;
   bool fast_math_ = false;
+  bool merged_ = false;  ///< the host merges the space's dimensions per call (schedule::kernel_schedule::merge_from)
   std::array<int, N> local_of_{};
   std::vector<int> locals_;
   std::array<std::string, N> pointer_decl_{};
@@ -299,11 +314,13 @@ class cpu_codegen {
 
 /// Renders kernel k of plan p (kinds rows, reduce_cols, and matmul epilogues; other kinds run on
 /// the host). `unit_inner[g]` says whether memory node g has inner stride 1 at run time;
-/// `fast_math`, whether its ops evaluate vmath::fast (options::fast_math).
+/// `fast_math`, whether its ops evaluate vmath::fast (options::fast_math); `ks`, the kernel's
+/// schedule (schedule/schedule.hpp; the default merges nothing).
 template <std::size_t N>
 rendered_kernel render_cpu_kernel(const std::array<ir::node, N>& nodes, const plan::plan_t<N>& p, int k, dtype t,
-                                  const std::array<bool, N>& unit_inner, bool fast_math = false) {
-  return detail::cpu_codegen<N>(nodes, p, k, t, unit_inner, fast_math).render();
+                                  const std::array<bool, N>& unit_inner, bool fast_math = false,
+                                  const schedule::kernel_schedule& ks = {}) {
+  return detail::cpu_codegen<N>(nodes, p, k, t, unit_inner, fast_math, ks).render();
 }
 
 }  // namespace fusebox::jit

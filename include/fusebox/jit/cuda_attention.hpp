@@ -56,7 +56,7 @@ inline rendered_cuda_kernel render_cuda_attention(const ir::node& n, const ir::n
   if (!is_known_extent(e) || !is_known_extent(ev))
     throw invalid_argument("fusebox: attention on the CUDA backend needs head dims known when compiling; q is " +
                            to_string(q.desc.shape) + ", v is " + to_string(v.desc.shape));
-  const bool causal = n.desc.axis == 1;
+  const bool causal = n.desc.causal;
   const bool tc = attention_tensor_cores(storage, e, ev);
   const std::string type = storage == dtype::bf16 ? "fb_bf16" : storage == dtype::f16 ? "fb_f16" : "float";
   rendered_cuda_kernel r;

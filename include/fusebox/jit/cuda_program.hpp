@@ -40,6 +40,7 @@
 #include "fusebox/jit/cuda_store.hpp"
 #include "fusebox/jit/program.hpp"
 #include "fusebox/profile.hpp"
+#include "fusebox/schedule/schedule.hpp"
 
 namespace fusebox::jit {
 
@@ -73,6 +74,10 @@ struct cuda_program {
   std::array<ir::node, N> nodes{};
   plan::plan_t<N> plan{};
   std::array<bool, N> unit_inner{};
+  /// How each kernel runs on this back end (schedule/schedule.hpp): here, what cuBLASLt takes of
+  /// each matmul's epilogue.
+  schedule::schedule_t<N> sched{};
+  static constexpr schedule::backend_caps caps = schedule::cuda_caps;
   dtype storage = dtype::f32;
   std::array<rendered_cuda_kernel, N + 1> kernels{};  ///< generated kernels (others empty)
   std::array<cuda::CUfunction, N + 1> wide_entry{}, vector_entry{}, scalar_entry{};
@@ -249,7 +254,7 @@ struct cuda_program {
       if (timing) {
         timed.emplace_back();
         timed.back().name = kn.kind == plan::kernel_kind::matmul ? "matmul " + std::to_string(k) + ": " +
-                                                                       describe_matmul(f, p, concrete, kn)
+                                                                       describe_matmul(f, concrete, k, kn)
                             : kn.kind == plan::kernel_kind::copy ? std::string("copy")
                             : op_kernels[k].summary.empty()      ? kernels[k].summary
                                                                  : op_kernels[k].summary;
@@ -260,7 +265,7 @@ struct cuda_program {
         case plan::kernel_kind::rows:
         case plan::kernel_kind::reduce_cols: launch(f, p, concrete, k, kn, dev, on, tune, may_time); break;
         case plan::kernel_kind::matmul: {
-          const lt_fusion fused = lt_epilogue_of(f, p, kn);  // residual, bias, activation: in cuBLASLt
+          const schedule::library_epilogue fused = library_epilogue_for(f, k);  // residual, bias, activation: in cuBLASLt
           run_matmul(f, concrete, kn, on, tune, fused);
           if (kn.group >= 0 && !fused.whole) launch(f, p, concrete, k, kn, dev, on, tune, may_time);
           break;
@@ -338,7 +343,7 @@ struct cuda_program {
     p.e = static_cast<std::int64_t>(q.shape[3]);
     p.tk = static_cast<std::int64_t>(k.shape[1]);
     p.ev = static_cast<std::int64_t>(v.shape[3]);
-    p.causal = n.desc.axis == 1;
+    p.causal = n.desc.causal;
     for (int d = 0; d < 4; ++d) {
       p.q[d] = q.stride[d];
       p.k[d] = k.stride[d];
@@ -350,12 +355,12 @@ struct cuda_program {
   }
 
   /// "[B] MxK · KxN" of matmul kernel kn, for device-timing spans.
-  std::string describe_matmul(const cpu::frame<T, N>& f, const plan::plan_t<N>& p,
-                              const std::array<ir::node, N>& concrete, const plan::kernel& kn) const {
+  std::string describe_matmul(const cpu::frame<T, N>& f, const std::array<ir::node, N>& concrete, int k,
+                              const plan::kernel& kn) const {
     const auto s = host::mm_sizes(concrete, kn.node);
     return "[" + std::to_string(s[0]) + "] " + std::to_string(s[1]) + "x" + std::to_string(s[3]) + " * " +
            std::to_string(s[3]) + "x" + std::to_string(s[2]) +
-           (kn.group < 0 ? "" : lt_epilogue_of(f, p, kn).whole ? " + cuBLASLt epilogue" : " + epilogue kernel");
+           (kn.group < 0 ? "" : library_epilogue_for(f, k).whole ? " + cuBLASLt epilogue" : " + epilogue kernel");
   }
 
 
@@ -514,75 +519,20 @@ struct cuda_program {
     return t == dtype::bf16 ? cuda::lt_type::bf16 : t == dtype::f16 ? cuda::lt_type::f16 : cuda::lt_type::f32;
   }
 
-  /// What cuBLASLt can do of a matmul's epilogue as it writes C: add a residual (a matrix laid
-  /// out as C: beta·C), add a bias (a contiguous row of the product's width), then relu or
-  /// gelu_tanh (cuBLASLt's GELU is the tanh form).
-  struct lt_fusion {
-    bool whole = false;  ///< the epilogue is exactly this: no epilogue kernel runs
-    int bias = -1;       ///< the bias node, or -1
-    int residual = -1;   ///< the residual node, or -1
-    cuda::lt_epilogue act = cuda::lt_epilogue::none;
-  };
-
-  /// The epilogue of matmul kernel kn when cuBLASLt can run all of it: a sum of the product, at
-  /// most one bias row and at most one residual matrix (any order, any nesting of adds), or an
-  /// activation of the product or of product + bias.
-  lt_fusion lt_epilogue_of(const cpu::frame<T, N>& f, const plan::plan_t<N>& p, const plan::kernel& kn) const {
-    lt_fusion out;
-    if (kn.group < 0) return out;
-    const int m = kn.node;
-    int act = -1, adds = 0;
-    std::array<bool, N> member{};
-    for (std::size_t g = 0; g < N; ++g) {
-      if (p.group[g] != kn.group || static_cast<int>(g) == m) continue;
-      const ir::node& n = nodes[g];
-      const std::string_view op = n.desc.kind == node_kind::pointwise ? n.desc.name : "";
-      if (op == "add" && n.n_inputs == 2) ++adds;
-      else if ((op == "relu" || op == "gelu_tanh") && n.n_inputs == 1 && act < 0) act = static_cast<int>(g);
-      else return out;  // another op, or a second activation
-      member[g] = true;
-    }
-    const dims& cs = nodes[m].desc.shape;
-    int product_uses = 0;
-    lt_fusion f2;
-    for (std::size_t g = 0; g < N; ++g) {
-      if (!member[g] || static_cast<int>(g) == act) continue;
-      for (int q = 0; q < 2; ++q) {
-        const int in = nodes[g].inputs[q];
-        if (in == m) {
-          ++product_uses;
-          continue;
-        }
-        if (member[in]) continue;
-        const ir::node& x = nodes[in];
-        const dims& xs = x.desc.shape;
-        bool row = xs.rank >= 1 && xs.back(0) == cs.back(0) && unit_inner[in] &&
-                   (x.desc.kind == node_kind::input || x.desc.kind == node_kind::tensor);
-        for (std::size_t d = 0; row && d + 1 < xs.rank; ++d) row = xs.extent[d] == 1;
-        if (row && f2.bias < 0) {
-          f2.bias = in;
-        } else if (xs == cs && f2.residual < 0 && f.loc[in].data && f.loc[in].contiguous()) {
-          f2.residual = in;  // laid out as C: cuBLASLt reads it as its C input
-        } else {
-          return out;
-        }
-      }
-    }
-    if (product_uses != (adds > 0 ? 1 : 0)) return out;
-    if (act >= 0) {
-      // cuBLASLt adds beta·C before its activation: act(product + bias) only.
-      if (f2.residual >= 0 || adds > 1) return out;
-      const int in = nodes[act].inputs[0];
-      if (in != m && !(adds == 1 && member[in])) return out;
-      if (in == m && adds > 0) return out;
-      f2.act = std::string_view(nodes[act].desc.name) == "relu" ? cuda::lt_epilogue::relu : cuda::lt_epilogue::gelu_tanh;
-    }
-    f2.whole = adds > 0 || act >= 0;
-    return f2;
+  /// What cuBLASLt takes of matmul kernel k's epilogue in this call: the schedule's choice
+  /// (schedule/library_epilogue.hpp), or nothing where the call's residual is not contiguous.
+  schedule::library_epilogue library_epilogue_for(const cpu::frame<T, N>& f, int k) const {
+    const schedule::library_epilogue& l = sched.kernels[k].library;
+    return l.usable(f.loc.data()) ? l : schedule::library_epilogue{};
+  }
+  static cuda::lt_epilogue lt_activation(schedule::activation a) {
+    return a == schedule::activation::relu        ? cuda::lt_epilogue::relu
+           : a == schedule::activation::gelu_tanh ? cuda::lt_epilogue::gelu_tanh
+                                                  : cuda::lt_epilogue::none;
   }
 
   void run_matmul(const cpu::frame<T, N>& f, const std::array<ir::node, N>& concrete, const plan::kernel& kn,
-                  cuda::CUstream on, bool tune, const lt_fusion& fused) const {
+                  cuda::CUstream on, bool tune, const schedule::library_epilogue& fused) const {
     const int bias = fused.bias;
     const int m = kn.node;
     const strided<T>& A = f.loc[nodes[m].inputs[0]];
@@ -614,7 +564,7 @@ struct cuda_program {
     prob.stride_b = B.shape.rank == 3 && B.shape.extent[0] != 1 ? B.stride[0] : 0;
     if (prob.batch == 1) prob.stride_a = prob.stride_b = cuda::lt_problem::packed;
     prob.bias = bias >= 0;
-    prob.epilogue = fused.act;
+    prob.epilogue = lt_activation(fused.act);
     prob.residual = fused.residual >= 0;
     const void* residual_data = prob.residual ? static_cast<const void*>(f.loc[fused.residual].data) : nullptr;
     const void* bias_data = prob.bias ? static_cast<const void*>(f.loc[bias].data) : nullptr;
@@ -623,7 +573,9 @@ struct cuda_program {
                             bias_data, residual_data})
       while (ptr && align > sizeof(T) && reinterpret_cast<std::uintptr_t>(ptr) % align != 0) align /= 2;
     prob.alignment = align;
-    const char* act = fused.act == cuda::lt_epilogue::relu ? " + relu" : fused.act == cuda::lt_epilogue::gelu_tanh ? " + gelu_tanh" : "";
+    const char* act = fused.act == schedule::activation::relu        ? " + relu"
+                      : fused.act == schedule::activation::gelu_tanh ? " + gelu_tanh"
+                                                                     : "";
     profile::scoped_span span(std::string("cuBLASLt matmul") + (prob.residual ? " + residual" : "") +
                                   (prob.bias ? " + bias" : "") + act,
                               "kernel");

@@ -403,7 +403,7 @@ class dynamic_function {
              to_string(p.nodes[kn.node].desc.shape) + " on the host";
       else if (kn.kind == plan::kernel_kind::copy) s += "copy, on the host";
       else if (kn.kind == plan::kernel_kind::attention)
-        s += std::string(p.nodes[kn.node].desc.axis == 1 ? "causal " : "") + "attention " +
+        s += std::string(p.nodes[kn.node].desc.causal ? "causal " : "") + "attention " +
              to_string(p.nodes[p.nodes[kn.node].inputs[0]].desc.shape) + " x " +
              to_string(p.nodes[p.nodes[kn.node].inputs[1]].desc.shape) + ", online softmax, on the host";
       else s += "generated: " + p.kernels[k].summary + "; ops " + ops;
@@ -473,6 +473,7 @@ class dynamic_function {
         default: p.unit_inner[i] = true;
       }
     }
+    p.sched = schedule::make_schedule(p.nodes, p.plan, p.unit_inner, P::caps);
   }
 
   static bool generated(const plan::kernel& kn) {
@@ -489,7 +490,7 @@ class dynamic_function {
     const dtype t = dtype_of<T>();
     for (int k = 0; k < p->plan.n_kernels; ++k) {
       if (!generated(p->plan.kernels[k])) continue;
-      out.sources.push_back(render_cpu_kernel(p->nodes, p->plan, k, t, p->unit_inner, fast_math));
+      out.sources.push_back(render_cpu_kernel(p->nodes, p->plan, k, t, p->unit_inner, fast_math, p->sched.kernels[k]));
       out.which.push_back(k);
     }
     out.prog = std::move(p);

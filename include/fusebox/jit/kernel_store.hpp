@@ -55,7 +55,7 @@
 namespace fusebox::jit {
 
 /// Bumped whenever generated code changes meaning, so old cache entries stop matching.
-inline constexpr int codegen_version = 1;
+inline constexpr int codegen_version = 2;  // 2: column kernels take output-row ranges; kernel_args::rank
 
 /// A generated kernel could not be compiled: the caller falls back to eager (or throws under
 /// fullgraph); the source and the compiler's log are kept for the report.

@@ -3,8 +3,8 @@
 // kernels, and runs a call: lays out the arena for the call's concrete extents, binds every node's
 // memory, and runs the kernels in plan order — generated code for rows, column reductions and
 // matmul epilogues; cpu::gemm, user functions (graph breaks) and copies on the host.
-// Depends on: plan/planner.hpp, cpu/{addressing,gemm,thread_pool,invoke}.hpp, jit/kernel_abi.hpp,
-// ops/layout.hpp.
+// Depends on: plan/planner.hpp, schedule/schedule.hpp, cpu/{addressing,gemm,thread_pool,invoke}.hpp,
+// jit/kernel_abi.hpp, ops/layout.hpp.
 #pragma once
 
 #include <algorithm>
@@ -24,6 +24,7 @@
 #include "fusebox/ops/layout.hpp"
 #include "fusebox/plan/planner.hpp"
 #include "fusebox/profile.hpp"
+#include "fusebox/schedule/schedule.hpp"
 
 namespace fusebox::jit {
 
@@ -41,6 +42,10 @@ struct program {
   std::array<ir::node, N> nodes{};  ///< the specialisation (symbolic extents where the guard allows any)
   plan::plan_t<N> plan{};
   std::array<bool, N> unit_inner{};
+  /// How each kernel runs on this back end (schedule/schedule.hpp), made with `caps` once the plan
+  /// and unit_inner are known (jit/dynamic.hpp's specialise_into).
+  schedule::schedule_t<N> sched{};
+  static constexpr schedule::backend_caps caps = schedule::cpu_caps;
   std::array<kernel_binary, N + 1> kernels{};
   std::string key;  ///< canonical text of the specialisation, for logs
 
@@ -102,11 +107,11 @@ struct program {
         case plan::kernel_kind::attention: {
           const ir::node& n = nodes[kn.node];
           if (n.desc.variant == 0)
-            cpu::attention(f.loc[n.inputs[0]], f.loc[n.inputs[1]], f.loc[n.inputs[2]], f.loc[kn.node], n.desc.axis == 1,
+            cpu::attention(f.loc[n.inputs[0]], f.loc[n.inputs[1]], f.loc[n.inputs[2]], f.loc[kn.node], n.desc.causal,
                            *rt.pool);
           else
             cpu::attention_backward(f.loc[n.inputs[0]], f.loc[n.inputs[1]], f.loc[n.inputs[2]], f.loc[n.inputs[3]],
-                                    f.loc[n.inputs[4]], f.loc[kn.node], n.desc.variant, n.desc.axis == 1, *rt.pool);
+                                    f.loc[n.inputs[4]], f.loc[kn.node], n.desc.variant, n.desc.causal, *rt.pool);
           break;
         }
         case plan::kernel_kind::gather: {
@@ -195,10 +200,12 @@ struct program {
     dims space{};
     kernel_args a{};
     void finish() {
+      if (space.rank == 0) space = dims{1, {1}};  // as the generators render a rank-0 kernel (plan::at_least_rank1)
       a.ptr = ptr.data();
       a.stride = stride.data();
       a.space = space.extent.data();
       a.scalar = scalar.data();
+      a.rank = space.rank;
     }
   };
 
@@ -232,6 +239,11 @@ struct program {
       else
         cpu::space_strides(f.loc[g], b.space, st);
     }
+    // Dimensions every operand walks as one become one (locals without memory have stride 0 and
+    // never stand in the way); the kernel reads the merged rank and extents.
+    if (const int from = sched.kernels[k].merge_from; from >= 0)
+      schedule::merge_dims(static_cast<std::size_t>(from), b.space, static_cast<int>(m),
+                           [&](int l) { return &b.stride[static_cast<std::size_t>(l) * abi_max_rank]; });
     b.finish();
     return b;
   }
@@ -244,28 +256,27 @@ struct program {
     const dims space = b.space;
     if (space.size() == 0) return;
     const std::size_t rows = cpu::outer_size(space), width = space.back(0);
-    constexpr std::size_t min_task = 1 << 14;
-    const std::size_t col_block = kn.passes == 0 && width > min_task ? min_task : width;
-    const std::size_t col_blocks = (width + col_block - 1) / col_block;
-    const std::size_t rows_per_task = std::max<std::size_t>(1, min_task / width);
-    const std::size_t row_tasks = (rows + rows_per_task - 1) / rows_per_task;
+    const schedule::row_split rs = schedule::split_rows(width, kn.passes > 0, xsimd::batch<T>::size);
     const auto fn = reinterpret_cast<rows_fn>(kernels[k].fn);
-    pool.parallel_for(row_tasks * col_blocks, [&](std::size_t t, unsigned worker) {
-      const std::size_t rt = t / col_blocks, cb = t % col_blocks;
-      const std::size_t r0 = rt * rows_per_task, r1 = std::min(rows, r0 + rows_per_task);
-      fn(&b.a, r0, r1, cb * col_block, std::min(width, (cb + 1) * col_block), worker);
+    pool.parallel_for(rs.tasks(rows), [&](std::size_t t, unsigned worker) {
+      const std::size_t rt = t / rs.col_blocks, cb = t % rs.col_blocks;
+      const std::size_t r0 = rt * rs.rows_per_task, r1 = std::min(rows, r0 + rs.rows_per_task);
+      fn(&b.a, r0, r1, cb * rs.col_block, std::min(width, (cb + 1) * rs.col_block), worker);
     });
   }
 
   void run_cols(cpu::frame<T, N>& f, const std::array<ir::node, N>& concrete, int k, const plan::kernel& kn,
                 cpu::thread_pool& pool) const {
     args_block b = make_args(f, plan, concrete, k, kn);
-    const std::size_t width = b.space.back(0);
     if (b.space.size() == 0) return;
-    const std::size_t block = std::max<std::size_t>(256, (width + pool.size() - 1) / pool.size());
-    const std::size_t blocks = (width + block - 1) / block;
+    const std::size_t width = b.space.back(0), rows = cpu::outer_size(b.space);
+    const std::size_t out_rows = rows / b.space.extent[nodes[kn.node].desc.axis];
+    const schedule::column_split cs = schedule::split_columns(rows, width, out_rows, pool.size(), xsimd::batch<T>::size);
     const auto fn = reinterpret_cast<cols_fn>(kernels[k].fn);
-    pool.parallel_for(blocks, [&](std::size_t t, unsigned) { fn(&b.a, t * block, std::min(width, (t + 1) * block)); });
+    pool.parallel_for(cs.tasks(), [&](std::size_t t, unsigned) {
+      const std::size_t c0 = t % cs.blocks * cs.block, o0 = t / cs.blocks * cs.chunk;
+      fn(&b.a, o0, std::min(out_rows, o0 + cs.chunk), c0, std::min(width, c0 + cs.block));
+    });
   }
 
   /// A spatial node on the host (cpu/spatial.hpp), its epilogue generated like a matmul's.

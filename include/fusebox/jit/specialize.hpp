@@ -167,7 +167,7 @@ std::array<ir::node, N> specialise(const std::array<ir::node, N>& generic, const
           throw invalid_argument(std::string("fusebox: ") + n.desc.name +
                                  " (attention's gradient) has no run-time-path or CUDA kernel yet: gradients through "
                                  "attention() run on the host backend, with static shapes");
-        const auto r = fusebox::detail::attention_shape(in(0), in(1), in(2), n.desc.axis == 1);
+        const auto r = fusebox::detail::attention_shape(in(0), in(1), in(2), n.desc.causal);
         if (!r.rank_ok || !r.extents_ok || !r.causal_ok)
           throw shape_error("attention: q is " + to_string(in(0)) + ", k is " + to_string(in(1)) + ", v is " +
                                 to_string(in(2)) + "; need [batch, tokens, heads, head dim] with equal batch and "
@@ -178,7 +178,7 @@ std::array<ir::node, N> specialise(const std::array<ir::node, N>& generic, const
         break;
       }
       case node_kind::gather: {
-        const auto r = fusebox::detail::gather_shape(n.desc.variant, n.desc.view_start, in(0), in(1));
+        const auto r = fusebox::detail::gather_shape(n.desc.variant, n.desc.vocab, in(0), in(1));
         if (!r.ok) throw shape_error(fusebox::detail::gather_error_text(n.desc.variant, in(0), in(1)), std::source_location{});
         n.desc.shape = r.out;
         break;

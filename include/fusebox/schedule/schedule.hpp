@@ -1,0 +1,81 @@
+// schedule/schedule.hpp: the decisions below the planner, made once per plan for one back end.
+// The plan says what each kernel computes; the schedule says how a back end runs it: which
+// dimensions of its space merge (schedule/merge_dims.hpp), how its work splits into tasks
+// (schedule/tasks.hpp), and how much of a matmul's epilogue the library call takes
+// (schedule/library_epilogue.hpp). It is a constexpr function of the plan and the back end's
+// capabilities (`backend_caps`): the static path makes it at build time, the run-time path once per
+// specialisation, and the runners only carry it out.
+// Depends on: plan/plan.hpp, ir/graph.hpp, schedule/{library_epilogue,merge_dims,tasks}.hpp.
+#pragma once
+
+#include <array>
+#include <cstddef>
+
+#include "fusebox/ir/graph.hpp"
+#include "fusebox/plan/plan.hpp"
+#include "fusebox/schedule/library_epilogue.hpp"
+#include "fusebox/schedule/merge_dims.hpp"
+#include "fusebox/schedule/tasks.hpp"
+
+namespace fusebox::schedule {
+
+/// What a back end can do, as the schedule needs it.
+struct backend_caps {
+  /// Its generated row kernels take a space whose dimensions the runner merged at bind time.
+  bool merged_rows = false;
+  /// Its column reductions merge the dimensions after the reduced axis.
+  bool merged_columns = false;
+  library_epilogue_caps matmul_library{};
+};
+
+inline constexpr backend_caps cpu_caps{true, true, {}};
+inline constexpr backend_caps cuda_caps{false, false, {true, true, true, true}};
+
+struct kernel_schedule {
+  /// Merge neighbouring dimensions of the kernel's space from this one on, where every operand
+  /// walks them as one (-1: keep the space as planned).
+  int merge_from = -1;
+  /// A rows kernel: its rows are whole tasks (it has reduction passes); else rows may be cut.
+  bool whole_rows = false;
+  /// A matmul: what its library call takes of the epilogue.
+  library_epilogue library{};
+};
+
+template <std::size_t N>
+struct schedule_t {
+  std::array<kernel_schedule, N + 1> kernels{};
+};
+
+/// Whether rows kernel `kn` is elementwise: nothing computed per row (no reduction, no per-row
+/// value), so every element is independent and its dimensions may merge.
+template <std::size_t N>
+constexpr bool elementwise_rows(const std::array<ir::node, N>& nodes, const plan::plan_t<N>& p, const plan::kernel& kn) {
+  if (kn.kind != plan::kernel_kind::rows || kn.passes > 0) return false;
+  for (std::size_t i = 0; i < N; ++i)
+    if (p.group[i] == kn.group && (nodes[i].desc.kind == node_kind::reduce || p.row_constant[i])) return false;
+  return true;
+}
+
+template <std::size_t N>
+constexpr schedule_t<N> make_schedule(const std::array<ir::node, N>& nodes, const plan::plan_t<N>& p,
+                                      const std::array<bool, N>& unit_inner, const backend_caps& caps) {
+  schedule_t<N> s{};
+  for (int k = 0; k < p.n_kernels; ++k) {
+    const plan::kernel& kn = p.kernels[k];
+    kernel_schedule& ks = s.kernels[k];
+    switch (kn.kind) {
+      case plan::kernel_kind::rows:
+        ks.whole_rows = kn.passes > 0;
+        if (caps.merged_rows && elementwise_rows(nodes, p, kn)) ks.merge_from = 0;
+        break;
+      case plan::kernel_kind::reduce_cols:
+        if (caps.merged_columns) ks.merge_from = nodes[kn.node].desc.axis + 1;
+        break;
+      case plan::kernel_kind::matmul: ks.library = library_epilogue_of(nodes, p, kn, unit_inner, caps.matmul_library); break;
+      default: break;
+    }
+  }
+  return s;
+}
+
+}  // namespace fusebox::schedule
