@@ -655,7 +655,7 @@ TEST_CASE("hundreds of random IR programs: JIT (exact and symbolic) == double in
       for (std::size_t v = 0; v < c.progs.size(); ++v)
         for (int k : c.which[v]) {
           auto r = fb::jit::render_cuda_kernel(c.progs[v]->nodes, c.progs[v]->plan, k, fb::dtype::f32,
-                                               c.progs[v]->unit_inner);
+                                               c.progs[v]->unit_inner, c.progs[v]->sched.kernels[k]);
           if (seen.insert(r.source).second) cuda_kernels.push_back(std::move(r));
         }
     constexpr std::size_t per_unit = 100;

@@ -16,7 +16,9 @@
 // reuses forward values (saved) or fuses next to them.
 //
 // Constants a rule needs (mean's 1 / n) are rank-0 inputs too, one slot per forward node
-// (`context::constant<Y>`), valued by the rule's `constant<T, Y>()` when the call is bound.
+// (`context::constant<Y>`), valued by the rule's `constant<T, Y>(shape_of)` when the call is bound:
+// `shape_of.template operator()<E>()` is the call's extents of node type E, so a constant that
+// depends on a `dyn` extent is right for every call.
 // Gradients are built from autodiff/sym.hpp's storage-free node types (rules' results are converted).
 // Depends on: autodiff/{dag,rule,sym}.hpp, ops/elementwise.hpp, ops/reduce.hpp, expr/node.hpp, meta/.
 #pragma once
@@ -245,21 +247,29 @@ struct tape {
   template <class Leaf>
   using gradient = typename detail::finish_gradient<typename detail::grad_of<tape, Leaf>::type, Leaf>::type;
 
-  /// Writes each constant a rule asked for (and the seed) to values[i] for input i.
-  template <class V>
-  static void constants(V* values) {
+  /// Writes each constant a rule asked for (and the seed) to values[i] for input i. `shape_of`:
+  /// `shape_of.template operator()<E>()` gives the call's extents of node type E.
+  template <class V, class ShapeOf>
+  static void constants(V* values, const ShapeOf& shape_of) {
     values[seed_index] = V(1);
     [&]<class... N>(meta::type_list<N...>) {
       std::size_t i = 0;
       (([&] {
          using key = typename detail::rule_key<N>::type;
-         if constexpr (requires { derivative<key>::template constant<V, N>(); })
-           values[const_base + i] = derivative<key>::template constant<V, N>();
+         if constexpr (requires { derivative<key>::template constant<V, N>(shape_of); })
+           values[const_base + i] = derivative<key>::template constant<V, N>(shape_of);
          ++i;
        }()),
        ...);
     }(nodes{});
   }
+  /// The extents of a node type when every one is static.
+  struct static_shapes {
+    template <class E>
+    constexpr dims operator()() const {
+      return E::desc.shape;
+    }
+  };
 };
 
 }  // namespace fusebox::autodiff

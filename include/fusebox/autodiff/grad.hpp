@@ -21,10 +21,14 @@
 // backward together (fusion across them, buffers by liveness); eager, each node runs on its own
 // (autodiff/eager.hpp). The graph is never an object: it is bound from a table of input views.
 //
-// Cases: static shapes; host tensors (float or double), or device tensors through compile() (the
-// joint graph on the CUDA backend, as compile() runs a model); a build error names anything else
-// (dyn extents, eager grad on device tensors, a non-scalar loss, wrt naming a number). A loss that reads a value on
-// the host (item()) is refused at the call: its gradient would silently miss that path.
+// Cases: host tensors (float or double), or device tensors through compile() (the joint graph on
+// the CUDA backend, as compile() runs a model). Static shapes take the static path; arguments with
+// `dyn` extents (a variable batch) take the run-time path through compile(), as a model does: the
+// joint graph is guarded, specialised and planned per call signature, recompiling only as the
+// forward would, and rules' constants that depend on an extent (mean's 1 / n) are valued per call.
+// A build error names anything else (eager grad on dyn extents or device tensors, a non-scalar
+// loss, wrt naming a number). A loss that reads a value on the host (item()) is refused at the
+// call: its gradient would silently miss that path.
 // Depends on: autodiff/{lift,backward,eager}.hpp, compile.hpp (compile(), options, capture).
 #pragma once
 
@@ -99,8 +103,15 @@ struct wrt_repeated {
 };
 template <class Argument, bool Ok>
 struct not_static {
-  static_assert(Ok, "fusebox::grad: arguments with dyn extents (the type above) are not supported yet: gradients "
-                    "take the static path. Fix: give every extent in the tensor type");
+  static_assert(Ok, "fusebox::grad: eager gradients of arguments with dyn extents (the type above) are not "
+                    "supported: compile the gradient (fb::compile(fb::value_and_grad(...))), which runs them on the "
+                    "run-time path, or give every extent in the tensor type");
+  static constexpr bool value = Ok;
+};
+template <float Budget, bool Ok>
+struct dyn_memory_budget {
+  static_assert(Ok, "fusebox::compile(grad(...)) with dyn extents: an activation memory budget below 1 needs static "
+                    "shapes (which values to recompute is chosen at build time from their sizes)");
   static constexpr bool value = Ok;
 };
 template <class Argument, bool Ok>
@@ -121,7 +132,6 @@ namespace detail {
 template <std::size_t I, class A>
 auto symbolic(const A& a) {
   if constexpr (is_tensor_v<A> || cuda::is_tensor_v<A>) {  // a device tensor's leaf views device memory
-    static_assert(static_check::not_static<A, A::shape_type::is_static>::value);
     return input_leaf<I, typename A::value_type, typename A::shape_type>{{}, a.view()};
   } else {
     return a;
@@ -211,6 +221,27 @@ struct plan_of<F, wrt_t<W...>, Args...> {
   template <float Budget>
   using budgeted_t = budgeted<T, Budget, root, typename tape_t::template gradient<leaf<W>>...>;
   using outputs = std::tuple<tensor<T, shape_of_t<root>>, tensor<T, shape_of_t<typename tape_t::template gradient<leaf<W>>>>...>;
+  /// Every argument's extents are static: the static path, constants valued at build time.
+  static constexpr bool all_static = ((!is_tensor_v<Args> || argument_traits<Args>::shape_type::is_static) && ...);
+
+  /// With dyn extents: each gradient has its argument's extents in this call. The backward's sums
+  /// over broadcast dimensions are fixed by the types, so a dyn extent that is 1 in this call,
+  /// broadcast against another dyn extent, would give a gradient of another shape: refused by name.
+  template <class Outs, class... A>
+  static void check_gradient_extents(const Outs& outs, const A&... args) {
+    const auto targs = std::tie(args...);
+    [&]<std::size_t... G>(std::index_sequence<G...>) {
+      constexpr std::size_t w[] = {W...};
+      auto check = [](const dims& got, const dims& want, std::size_t arg) {
+        if (!(got == want))
+          throw shape_error("fusebox::grad: the gradient of argument " + std::to_string(arg) + " " + to_string(want) +
+                                " came out " + to_string(got) + " in this call: a dyn extent of 1 broadcast against "
+                                "another dyn extent. Fix: give the broadcast dimension extent 1 in the tensor type",
+                            std::source_location::current());
+      };
+      (check(std::get<G + 1>(outs).extents(), std::get<w[G]>(targs).extents(), w[G]), ...);
+    }(std::make_index_sequence<sizeof...(W)>{});
+  }
 
   static outputs eager(const fusebox::detail::bound_inputs<T, inputs>& in) {
     return evaluate_op_by_op<T, root, typename tape_t::template gradient<leaf<W>>...>(in);
@@ -248,12 +279,39 @@ struct bound_call {
      ...);
     std::array<bool, P::payloads + 1> bound{};
     collect_lifted<typename P::slots>(loss, in.views.data() + P::arguments, values.data() + P::arguments, bound.data());
-    P::tape_t::constants(values.data());
+    if constexpr (P::all_static) constants(typename P::tape_t::static_shapes{});
     for (std::size_t c = P::tape_t::const_base; c < P::inputs; ++c) in.views[c] = strided<const T>{&values[c], dims{}, {}};
+  }
+  /// Values the rules' constants and the seed for this call's extents (autodiff/backward.hpp).
+  template <class ShapeOf>
+  void constants(const ShapeOf& shape_of) {
+    P::tape_t::constants(values.data(), shape_of);
   }
   bound_call(const bound_call&) = delete;
   bound_call& operator=(const bound_call&) = delete;
 };
+
+/// The extents of a node type of program Prog in one call: `shapes` is Prog's graph specialised to
+/// the call's extents (jit::specialise); a type is found by its position in the lowering.
+template <class Prog, class Shapes>
+struct call_shapes {
+  const Shapes& shapes;
+  template <class E>
+  dims operator()() const {
+    constexpr int i = ir::detail::first_index<E>(typename Prog::graph::node_types{});
+    static_assert(i >= 0 || E::desc.shape.is_static(), "fusebox internal: a rule's constant reads a node outside the joint graph");
+    if constexpr (i >= 0) return shapes[static_cast<std::size_t>(i)].desc.shape;
+    else return E::desc.shape;
+  }
+};
+
+/// The outputs of program Prog, allocated at their extents in this call.
+template <class Outs, class Prog, class Shapes>
+Outs outputs_at(const Shapes& shapes) {
+  return [&]<std::size_t... R>(std::index_sequence<R...>) {
+    return Outs{std::tuple_element_t<R, Outs>(shapes[Prog::graph::outputs[R]].desc.shape)...};
+  }(std::make_index_sequence<std::tuple_size_v<Outs>>{});
+}
 
 /// Calls f on symbolic arguments. A host read inside (item()) is refused here: it would cut the
 /// gradient's path without a word.
@@ -297,6 +355,8 @@ class grad_fn {
   auto operator()(const Args&... args) const {
     static_assert((static_check::device_argument<Args, !cuda::is_tensor_v<Args>>::value && ...));
     using P = detail::plan_of<F, Wrt, Args...>;
+    static_assert((static_check::not_static<Args, !is_tensor_v<Args> || detail::argument_traits<Args>::shape_type::is_static>::value &&
+                   ...));
     const auto loss = detail::capture(f_, args...);
     const detail::bound_call<P> b(loss, args...);
     return detail::shape_result<WithValue>(P::eager(b.in));
@@ -337,7 +397,13 @@ class compiled_grad {
     if constexpr ((cuda::is_tensor_v<Args> || ...)) {
       return call_cuda(args...);
     } else {
-      if (fusebox::detail::disabled_by_environment() || current_stance() == stance::force_eager) return g_(args...);
+      if (fusebox::detail::disabled_by_environment() || current_stance() == stance::force_eager) {
+        if constexpr (detail::plan_of<F, Wrt, Args...>::all_static) return g_(args...);
+        else
+          throw invalid_argument("fusebox::compile(grad(...)): FUSEBOX_DISABLE=1 or stance force_eager asks for the eager "
+                                 "gradient, which dyn extents do not have yet (eager gradients take static shapes); "
+                                 "unset it, or give every extent in the tensor types");
+      }
       return call_host(args...);
     }
   }
@@ -376,13 +442,34 @@ class compiled_grad {
     using P = detail::plan_of<F, Wrt, Args...>;
     using Prog = typename program_for<Args...>::program;
     const auto loss = detail::capture(g_.function(), args...);
-    const detail::bound_call<P> b(loss, args...);
+    detail::bound_call<P> b(loss, args...);
     typename Prog::frame_t f;
     const std::tuple<input_leaf<0, typename P::T, shape<>>> no_payloads{};  // the joint graph holds none
     cpu::bind_inputs<Prog>(f, no_payloads, b.in);
-    typename P::outputs outs;
-    cpu::bind_and_run<Prog>(f, outs, *rt_);
-    return detail::shape_result<WithValue>(std::move(outs));
+    if constexpr (P::all_static) {
+      typename P::outputs outs;
+      cpu::bind_and_run<Prog>(f, outs, *rt_);
+      return detail::shape_result<WithValue>(std::move(outs));
+    } else {
+      // dyn extents: the joint graph on the run-time path, as compile() runs a model (guards,
+      // specialisation, the one planner, generated kernels), one specialisation per call.
+      static_assert(static_check::dyn_memory_budget<Budget, Budget == 1.0f>::value);
+      using D = jit::dynamic_function<Prog>;
+      D& dynamic = dynamic_for<D>();
+      const jit::call_facts facts = D::facts(f, P::inputs);
+      const auto shapes = jit::specialise(Prog::graph::nodes, facts.extents);
+      b.constants(detail::call_shapes<Prog, std::decay_t<decltype(shapes)>>{shapes});
+      const auto prog = dynamic.select(facts, opts_, {}, "compiled gradient");
+      if (!prog)
+        throw invalid_argument("fusebox::compile(grad(...)) on dyn extents: the joint graph's kernels failed to compile or "
+                               "the recompile limit is reached (FUSEBOX_LOGS=recompiles,kernels says which)");
+      auto outs = detail::outputs_at<typename P::outputs, Prog>(shapes);
+      P::check_gradient_extents(outs, args...);
+      cpu::bind_outputs<Prog>(f, outs);
+      D::execute(*prog, f, facts.extents, *rt_);
+      cpu::copy_repeated_outputs<Prog>(outs);
+      return detail::shape_result<WithValue>(std::move(outs));
+    }
   }
 
   /// The CUDA backend: the joint graph through the run-time path with CUDA kernels and cuBLASLt,
@@ -400,7 +487,7 @@ class compiled_grad {
     using T = typename P::T;
     using D = jit::dynamic_function<Prog, jit::cuda_target>;
     const auto loss = detail::capture(g_.function(), args...);
-    const detail::bound_call<P> b(loss, args...);  // the lifted numbers, on the host
+    detail::bound_call<P> b(loss, args...);  // the lifted numbers, on the host
     fusebox::detail::bound_inputs<T, P::inputs> in{};
     std::size_t a = 0;
     (([&] {
@@ -408,6 +495,14 @@ class compiled_grad {
        ++a;
      }()),
      ...);
+    // With dyn extents the rules' constants depend on the call's extents (mean's 1 / n).
+    std::vector<dims> extents;
+    if constexpr (!P::all_static) {
+      static_assert(static_check::dyn_memory_budget<Budget, Budget == 1.0f>::value);
+      for (std::size_t k = 0; k < P::inputs; ++k) extents.push_back(k < P::arguments ? in.views[k].shape : b.in.views[k].shape);
+      const auto shapes = jit::specialise(Prog::graph::nodes, extents);
+      b.constants(detail::call_shapes<Prog, std::decay_t<decltype(shapes)>>{shapes});
+    }
     std::vector<std::byte> numbers(P::inputs * sizeof(T));
     for (std::size_t k = P::arguments; k < P::inputs; ++k) {
       if (b.in.views[k].data != &b.values[k])
@@ -429,14 +524,18 @@ class compiled_grad {
     typename Prog::frame_t f;
     const std::tuple<input_leaf<0, T, shape<>>> no_payloads{};  // the joint graph holds none
     cpu::bind_inputs<Prog>(f, no_payloads, in);
-    D& dynamic = cuda_dynamic_for<D>();
+    D& dynamic = dynamic_for<D>();
     const jit::call_facts facts = D::facts(f, P::inputs);
     const auto prog = dynamic.select(facts, opts_, {}, "compiled gradient (CUDA)");
     if (!prog)
       throw invalid_argument("fusebox::grad on the CUDA backend: the joint graph's CUDA code failed to compile or the "
                              "recompile limit is reached (FUSEBOX_LOGS=recompiles,kernels says which)");
     using Outs = typename device_outputs<typename P::outputs>::type;
-    Outs outs;  // static shapes: each allocated at its extents
+    Outs outs = [&] {
+      if constexpr (P::all_static) return Outs{};  // each allocated at its static extents
+      else return detail::outputs_at<Outs, Prog>(jit::specialise(Prog::graph::nodes, facts.extents));
+    }();
+    if constexpr (!P::all_static) P::check_gradient_extents(outs, args...);
     cpu::bind_outputs<Prog>(f, outs);
     fusebox::detail::run_cuda_program<D>(*prog, f, facts, cuda_rt_, opts_, true);
     return detail::shape_result<WithValue>(std::move(outs));
@@ -450,21 +549,21 @@ class compiled_grad {
     using type = std::tuple<cuda::tensor<typename H::value_type, typename H::shape_type>...>;
   };
 
-  /// The CUDA run-time state of one joint graph type.
+  /// The run-time path's state of one joint graph type and target (CPU with dyn extents, CUDA).
   template <class D>
-  D& cuda_dynamic_for() {
+  D& dynamic_for() {
     const void* tag = &meta::type_tag<D>;
-    for (auto& [t, d] : cuda_state_)
+    for (auto& [t, d] : dynamic_state_)
       if (t == tag) return *static_cast<D*>(d.get());
     auto d = std::make_shared<D>();
-    cuda_state_.emplace_back(tag, d);
+    dynamic_state_.emplace_back(tag, d);
     return *d;
   }
 
   grad_fn<F, Wrt, WithValue> g_;
   options opts_;
   std::unique_ptr<cpu::runtime> rt_ = std::make_unique<cpu::runtime>();
-  std::vector<std::pair<const void*, std::shared_ptr<void>>> cuda_state_;
+  std::vector<std::pair<const void*, std::shared_ptr<void>>> dynamic_state_;
   std::unique_ptr<jit::cuda_runtime> cuda_rt_;
   std::unique_ptr<cuda::device_buffer> numbers_;  // lifted numbers on the device
   std::vector<std::byte> uploaded_;               // what numbers_ holds

@@ -604,7 +604,7 @@ struct basic_program {
       return h;
     }();
     autotune::problem_id id;
-    id.v = {3, sizeof(T), ops_hash, rows, width, col_blocks, plan.kernels[K].passes, f.pool->size(), contig};
+    id.v = {3, sizeof(T), ops_hash, rows, width, col_blocks, static_cast<std::uint64_t>(plan.kernels[K].passes), f.pool->size(), contig};
     auto text = [&] {
       std::string ops;
       for (std::size_t i = 0; i < N; ++i)

@@ -20,9 +20,12 @@
 //
 // Ops are spelled by their own `device` member (ops/*.hpp), wrapped in one __device__ function
 // per op used; values are float whatever the storage type (bfloat16 and float16 convert on load
-// and store). Known extents are literals; symbolic ones are read from the arguments. Node numbers
-// are local to the kernel, so identical kernels render to identical text.
-// Depends on: plan/planner.hpp, ir/graph.hpp, jit/{emitter,kernel_abi}.hpp, core/dtype.hpp.
+// and store). Known extents are literals; symbolic ones are read from the arguments; an
+// elementwise kernel whose dimensions the schedule merges per call (schedule/merge_dims.hpp) reads
+// its rank and every extent from the arguments. Node numbers are local to the kernel, so
+// identical kernels render to identical text.
+// Depends on: plan/planner.hpp, schedule/schedule.hpp, ir/graph.hpp, jit/{emitter,kernel_abi}.hpp,
+// core/dtype.hpp.
 #pragma once
 
 #include <array>
@@ -36,6 +39,7 @@
 #include "fusebox/jit/emitter.hpp"
 #include "fusebox/jit/kernel_abi.hpp"
 #include "fusebox/plan/planner.hpp"
+#include "fusebox/schedule/schedule.hpp"
 
 namespace fusebox::jit {
 
@@ -47,7 +51,8 @@ struct cuda_args_layout {
   std::size_t stride_at() const { return 8 * locals; }
   std::size_t space_at() const { return stride_at() + 8 * locals * abi_max_rank; }
   std::size_t scalar_at() const { return space_at() + 8 * abi_max_rank; }
-  std::size_t bytes() const { return (scalar_at() + 4 * locals + 7) / 8 * 8; }
+  std::size_t rank_at() const { return (scalar_at() + 4 * locals + 7) / 8 * 8; }
+  std::size_t bytes() const { return rank_at() + 8; }
 };
 
 /// A CUDA kernel as source: the entry point is `fusebox_kernel` (vector) and `fusebox_kernel_v1`.
@@ -61,6 +66,7 @@ struct rendered_cuda_kernel {
   unsigned rows_per_block = 1;     ///< rows kernels with passes: rows a block takes at once (a warp each if > 1)
   unsigned outputs_per_block = 0;  ///< reduce_cols: consecutive outputs a block takes (block_threads / slices)
   bool tensor_cores = false;       ///< attention: `fusebox_kernel` is the tensor-core entry (jit/cuda_attention.hpp)
+  bool merged_space = false;       ///< takes a space the host merged (rank and extents from the arguments)
   std::string summary;
 };
 
@@ -168,8 +174,9 @@ template <std::size_t N>
 class cuda_codegen {
  public:
   cuda_codegen(const std::array<ir::node, N>& nodes, const plan::plan_t<N>& p, int k, dtype t,
-               const std::array<bool, N>& unit_inner)
-      : nodes_(nodes), p_(p), k_(plan::at_least_rank1(p.kernels[k])), t_(t), unit_inner_(unit_inner) {
+               const std::array<bool, N>& unit_inner, const schedule::kernel_schedule& ks)
+      : nodes_(nodes), p_(p), k_(plan::at_least_rank1(p.kernels[k])), t_(t), unit_inner_(unit_inner),
+        merged_(ks.merge_from == 0 && k_.kind == plan::kernel_kind::rows && k_.passes == 0) {
     local_of_.fill(-1);
   }
 
@@ -187,6 +194,7 @@ class cuda_codegen {
     r.kind = k_.kind;
     r.locals = locals_;
     r.block_per_row = k_.kind == plan::kernel_kind::rows && k_.passes > 0;
+    r.merged_space = merged_;
     r.block_threads = row_cache_ ? block_threads_ * rows_per_block_ : k_.kind == plan::kernel_kind::reduce_cols ? cols_block_ : 0;
     r.rows_per_block = rows_per_block_;
     r.outputs_per_block = k_.kind == plan::kernel_kind::reduce_cols ? cols_block_ / cols_slices_ : 0;
@@ -233,9 +241,10 @@ class cuda_codegen {
   std::string ptr(int g, bool writable = false) {
     const std::string l = L(g);
     if (pointer_decl_[g].empty()) {
-      const std::size_t r = k_.space.rank;
+      const std::size_t r = merged_ ? 0 : k_.space.rank;
       std::string s = std::string(writable ? "T* const p" : "const T* const p") + l + " = reinterpret_cast<" +
                       (writable ? "T*" : "const T*") + ">(a.ptr[" + l + "])";
+      if (merged_) s += " + fb_row_offset(a, " + l + ", row_)";
       for (std::size_t d = 0; d + 1 < r; ++d)
         s += " + static_cast<long long>(i" + std::to_string(d) + ") * a.stride[" +
              std::to_string(local(g) * static_cast<int>(abi_max_rank) + static_cast<int>(d)) + "]";
@@ -245,6 +254,7 @@ class cuda_codegen {
     return "p" + l;
   }
   std::string inner_stride(int g) {
+    if (merged_) return "a.stride[" + std::to_string(local(g) * static_cast<int>(abi_max_rank)) + " + R_ - 1]";
     return "a.stride[" + std::to_string(local(g) * static_cast<int>(abi_max_rank) + static_cast<int>(k_.space.rank) - 1) +
            "]";
   }
@@ -298,6 +308,9 @@ class cuda_codegen {
 
   std::string prologue() const {
     std::string s = "  using T = " + storage() + ";\n";
+    if (merged_)  // the host merged dimensions (schedule/merge_dims.hpp): rank and extents are the call's
+      return s + "  const unsigned long long R_ = a.rank, W = a.space[R_ - 1];\n  unsigned long long rows = 1;\n"
+                 "  for (unsigned long long d = 0; d + 1 < R_; ++d) rows *= a.space[d];\n  (void)W; (void)rows;\n";
     const std::size_t r = k_.space.rank;
     for (std::size_t d = 0; d < r; ++d)
       s += "  const unsigned long long E" + std::to_string(d) + " = " +
@@ -309,6 +322,7 @@ class cuda_codegen {
     return s + "  (void)W; (void)rows;\n";
   }
   std::string coordinates(const std::string& row, const std::string& indent) const {
+    if (merged_) return indent + "const unsigned long long row_ = " + row + ";\n";
     std::string s = indent + "unsigned long long q_ = " + row + ";\n";
     const std::size_t r = k_.space.rank;
     for (std::size_t d = r - 1; d-- > 0;)
@@ -400,7 +414,13 @@ class cuda_codegen {
     const std::size_t l = std::max<std::size_t>(locals_.size(), 1);
     return "struct fb_args { unsigned long long ptr[" + std::to_string(l) + "]; long long stride[" +
            std::to_string(l * abi_max_rank) + "]; unsigned long long space[" + std::to_string(abi_max_rank) +
-           "]; float scalar[" + std::to_string(l) + "]; };\n";
+           "]; float scalar[" + std::to_string(l) + "]; unsigned long long rank; };\n" +
+           (merged_ ? "__device__ __forceinline__ long long fb_row_offset(const fb_args& a, int l, unsigned long long row) {\n"
+                      "  long long o = 0;\n"
+                      "  for (unsigned long long d = a.rank - 1; d-- > 0;) {\n"
+                      "    o += static_cast<long long>(row % a.space[d]) * a.stride[l * " + std::to_string(abi_max_rank) + " + d];\n"
+                      "    row /= a.space[d];\n  }\n  return o;\n}\n"
+                    : "");
   }
 
   /// Elementwise over the kernel's space: rows kernels without passes, and matmul epilogues.
@@ -425,8 +445,7 @@ class cuda_codegen {
     summary_ = std::string(k_.kind == plan::kernel_kind::matmul    ? "matmul epilogue"
                            : k_.kind == plan::kernel_kind::spatial ? std::string(nodes_[k_.node].desc.name) + " epilogue"
                                                                    : "elementwise") +
-               " over " +
-               to_string(k_.space);
+               " over " + to_string(k_.space) + (merged_ ? ", dimensions merged per call" : "");
     return s;
   }
 
@@ -666,6 +685,7 @@ class cuda_codegen {
   const plan::kernel k_;
   dtype t_;
   const std::array<bool, N>& unit_inner_;
+  const bool merged_;  ///< an elementwise kernel whose space the host merges per call (schedule::kernel_schedule)
   std::array<int, N> local_of_{};
   std::vector<int> locals_;
   std::array<std::string, N> pointer_decl_{};
@@ -688,8 +708,8 @@ class cuda_codegen {
 /// g has inner stride 1 at run time.
 template <std::size_t N>
 rendered_cuda_kernel render_cuda_kernel(const std::array<ir::node, N>& nodes, const plan::plan_t<N>& p, int k, dtype t,
-                                        const std::array<bool, N>& unit_inner) {
-  return detail::cuda_codegen<N>(nodes, p, k, t, unit_inner).render();
+                                        const std::array<bool, N>& unit_inner, const schedule::kernel_schedule& ks = {}) {
+  return detail::cuda_codegen<N>(nodes, p, k, t, unit_inner, ks).render();
 }
 
 }  // namespace fusebox::jit

@@ -365,24 +365,16 @@ struct cuda_program {
 
 
   /// Packs kernel k's parameter block (cuda_args_layout) for this call.
-  std::vector<unsigned char> pack(const cpu::frame<T, N>& f, const plan::plan_t<N>& p,
-                                  const std::array<ir::node, N>& concrete, int k, const plan::kernel& kn,
-                                  const dims& space) const {
+  /// Each local's strides in kernel k's index space (abi_max_rank each; 0 for scalars).
+  std::vector<std::ptrdiff_t> kernel_strides(const cpu::frame<T, N>& f, const plan::plan_t<N>& p, int k,
+                                             const plan::kernel& kn, const dims& space) const {
     const rendered_cuda_kernel& rk = kernels[k];
-    const cuda_args_layout layout{rk.locals.size()};
-    std::vector<unsigned char> bytes(std::max<std::size_t>(layout.bytes(), 8), 0);
-    auto put = [&](std::size_t at, const auto& v) { std::memcpy(bytes.data() + at, &v, sizeof v); };
-    for (std::size_t d = 0; d < abi_max_rank; ++d)
-      put(layout.space_at() + 8 * d, static_cast<unsigned long long>(d < space.rank ? space.extent[d] : 1));
+    std::vector<std::ptrdiff_t> strides(rk.locals.size() * abi_max_rank, 0);
     for (std::size_t l = 0; l < rk.locals.size(); ++l) {
       const int g = rk.locals[l];
       const ir::node& n = nodes[g];
-      if (n.desc.kind == node_kind::scalar) {
-        put(layout.scalar_at() + 4 * l, static_cast<float>(static_cast<const scalar_leaf<T>*>(f.payload[n.payload_slot])->value));
-        continue;
-      }
-      put(layout.ptr_at() + 8 * l, reinterpret_cast<unsigned long long>(f.loc[g].data));
-      std::ptrdiff_t st[abi_max_rank] = {};
+      if (n.desc.kind == node_kind::scalar) continue;
+      std::ptrdiff_t* st = &strides[l * abi_max_rank];
       // Reduced in this kernel: a column kernel's own node, or a row group's reductions. Another
       // kernel's reduction read here is an ordinary operand (a column sum of a column sum read
       // the first sum with its reduced axis' stride zeroed: only its first row).
@@ -393,24 +385,46 @@ struct cuda_program {
         cpu::reduced_space_strides(f.loc[g], space, static_cast<std::size_t>(n.desc.axis), n.desc.keepdim, st);
       else
         cpu::space_strides(f.loc[g], space, st);
-      for (std::size_t d = 0; d < abi_max_rank; ++d)
-        put(layout.stride_at() + 8 * (l * abi_max_rank + d), static_cast<long long>(st[d]));
     }
-    (void)concrete;
+    return strides;
+  }
+
+  /// Packs kernel k's parameter block (cuda_args_layout) for this call: `space` and `strides` as
+  /// the kernel walks them (merged where it was rendered for that).
+  std::vector<unsigned char> pack(const cpu::frame<T, N>& f, int k, const dims& space,
+                                  const std::vector<std::ptrdiff_t>& strides) const {
+    const rendered_cuda_kernel& rk = kernels[k];
+    const cuda_args_layout layout{rk.locals.size()};
+    std::vector<unsigned char> bytes(std::max<std::size_t>(layout.bytes(), 8), 0);
+    auto put = [&](std::size_t at, const auto& v) { std::memcpy(bytes.data() + at, &v, sizeof v); };
+    for (std::size_t d = 0; d < abi_max_rank; ++d)
+      put(layout.space_at() + 8 * d, static_cast<unsigned long long>(d < space.rank ? space.extent[d] : 1));
+    put(layout.rank_at(), static_cast<unsigned long long>(space.rank));
+    for (std::size_t l = 0; l < rk.locals.size(); ++l) {
+      const int g = rk.locals[l];
+      const ir::node& n = nodes[g];
+      if (n.desc.kind == node_kind::scalar) {
+        put(layout.scalar_at() + 4 * l, static_cast<float>(static_cast<const scalar_leaf<T>*>(f.payload[n.payload_slot])->value));
+        continue;
+      }
+      put(layout.ptr_at() + 8 * l, reinterpret_cast<unsigned long long>(f.loc[g].data));
+      for (std::size_t d = 0; d < abi_max_rank; ++d)
+        put(layout.stride_at() + 8 * (l * abi_max_rank + d), static_cast<long long>(strides[l * abi_max_rank + d]));
+    }
     return bytes;
   }
 
-  /// Whether the vector entry may run: the row length and every unit-stride operand's row
-  /// strides are whole vectors, and its address is 16-byte aligned.
-  bool vector_ok(const cpu::frame<T, N>& f, int k, const dims& space, std::size_t vec) const {
+  /// Whether the vector entry may run: the row length and every unit-stride operand's strides
+  /// between rows of the kernel's space are whole vectors, and its address is 16-byte aligned.
+  bool vector_ok(const cpu::frame<T, N>& f, int k, const dims& space, const std::vector<std::ptrdiff_t>& strides,
+                 std::size_t vec) const {
     if (space.back(0) % vec != 0) return false;
     const rendered_cuda_kernel& rk = kernels[k];
     for (int l : rk.unit_operands) {
       const int g = rk.locals[l];
       if (reinterpret_cast<std::uintptr_t>(f.loc[g].data) % 16 != 0) return false;
-      const strided<T>& s = f.loc[g];
-      for (std::size_t d = 0; d + 1 < s.shape.rank; ++d)
-        if (s.stride[d] % static_cast<std::ptrdiff_t>(vec) != 0) return false;
+      for (std::size_t d = 0; d + 1 < space.rank; ++d)
+        if (strides[static_cast<std::size_t>(l) * abi_max_rank + d] % static_cast<std::ptrdiff_t>(vec) != 0) return false;
     }
     return true;
   }
@@ -488,13 +502,19 @@ struct cuda_program {
     dims space = host::space_for(p, concrete, kn);
     if (space.size() == 0) return;
     if (space.rank == 0) space = dims{1, {1}};  // one element, as jit/codegen_cuda.hpp renders it
-    std::vector<unsigned char> params = pack(f, p, concrete, k, kn, space);
-    void* args[] = {params.data()};
     const rendered_cuda_kernel& rk = kernels[k];
+    std::vector<std::ptrdiff_t> strides = kernel_strides(f, p, k, kn, space);
+    // An elementwise kernel rendered for it walks the space with the dimensions every operand
+    // takes as one merged (schedule/merge_dims.hpp): [128, 64, 4, 4] is one row, not 32768 of 4.
+    if (rk.merged_space && sched.kernels[k].merge_from >= 0)
+      schedule::merge_dims(static_cast<std::size_t>(sched.kernels[k].merge_from), space, static_cast<int>(rk.locals.size()),
+                           [&](int l) { return &strides[static_cast<std::size_t>(l) * abi_max_rank]; });
+    std::vector<unsigned char> params = pack(f, k, space, strides);
+    void* args[] = {params.data()};
     const std::size_t vec = 16 / size_of(storage);
-    const bool vector = kn.kind != plan::kernel_kind::reduce_cols && vector_ok(f, k, space, vec);
+    const bool vector = kn.kind != plan::kernel_kind::reduce_cols && vector_ok(f, k, space, strides, vec);
     // Elementwise kernels take 32 bytes a thread where rows allow (two loads in flight per operand).
-    const bool wide = vector && !rk.block_per_row && vector_ok(f, k, space, 2 * vec);
+    const bool wide = vector && !rk.block_per_row && vector_ok(f, k, space, strides, 2 * vec);
     const std::vector<kernel_launch> candidates = launch_candidates(kn, rk, vector, wide, vec, space);
     auto queue = [&](const kernel_launch& c, int times) {
       const std::size_t v = c.entry == 2 ? 2 * vec : c.entry == 1 ? vec : 1;

@@ -545,7 +545,7 @@ class dynamic_function {
         const ir::node& n = p->nodes[kn.node];
         rs.push_back(render_cuda_attention(n, p->nodes[n.inputs[0]], p->nodes[n.inputs[2]], p->storage));
       } else if (generated(kn)) {
-        rs.push_back(render_cuda_kernel(p->nodes, p->plan, k, p->storage, p->unit_inner));
+        rs.push_back(render_cuda_kernel(p->nodes, p->plan, k, p->storage, p->unit_inner, p->sched.kernels[k]));
       } else {
         continue;
       }

@@ -12,7 +12,9 @@
 // parameters' positions>). The parameters are read where they live at each call, so an
 // optimizer's in-place update is seen by the next call without a copy, and the program is
 // planned once per argument type. eager_step / forward() run the same thing op by op (the A/B
-// baseline, and the reference the compiled step is tested against).
+// baseline, and the reference the compiled step is tested against). A compiled step over x with a
+// `dyn` batch runs on the run-time path (autodiff/grad.hpp), recompiling only as the forward would,
+// for models without random inputs in the mode (dropout's masks are made for a static batch).
 // Depends on: nn/module.hpp, autodiff/grad.hpp, compile.hpp.
 #pragma once
 
@@ -72,7 +74,8 @@ constexpr auto wrt_from(std::index_sequence<I...>) {
 template <class X>
 constexpr std::size_t batch_of() {
   static_assert(X::rank >= 1 && X::shape_type::extents[0] != dyn,
-                "fusebox::nn step: x must be a tensor with a static batch (first) extent");
+                "fusebox::nn step: dropout in this mode makes its masks for a static batch: x must have a static "
+                "batch (first) extent, or train in a mode without random inputs");
   return X::shape_type::extents[0];
 }
 
@@ -96,7 +99,11 @@ class step_fn {
   /// tensor when the model has one parameter).
   template <class X, class Target>
   auto operator()(const X& x, const Target& target) {
-    auto randoms = model_.template make_randoms<Mode, detail::batch_of<X>()>(seed_, counter_++);
+    auto randoms = [&] {
+      if constexpr (Model::template random_count<Mode> == 0) return std::tuple<>{};  // any batch, dyn too
+      else return model_.template make_randoms<Mode, detail::batch_of<X>()>(seed_, counter_);
+    }();
+    ++counter_;
     return std::apply(
         [&](const auto&... r) {
           return std::apply([&](const auto&... p) { return run_(x, target, r..., p...); }, model_.param_refs());

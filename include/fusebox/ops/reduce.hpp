@@ -148,10 +148,10 @@ template <>
 struct derivative<ops::mean> {
   template <std::size_t I, class G, class Y, class Ctx>
   using vjp = pointwise<ops::mul, unreduce<G, Y>, typename Ctx::template constant<Y>>;
-  /// The value of Ctx::constant<Y>: 1 / (the reduced extent).
-  template <class T, class Y>
-  static constexpr T constant() {
-    return T(1) / static_cast<T>(operand<Y, 0>::desc.shape.extent[Y::desc.axis]);
+  /// The value of Ctx::constant<Y>: 1 / (the reduced extent in this call).
+  template <class T, class Y, class ShapeOf>
+  static constexpr T constant(const ShapeOf& shape_of) {
+    return T(1) / static_cast<T>(shape_of.template operator()<operand<Y, 0>>().extent[Y::desc.axis]);
   }
 };
 template <>

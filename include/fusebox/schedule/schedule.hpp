@@ -23,20 +23,27 @@ namespace fusebox::schedule {
 struct backend_caps {
   /// Its generated row kernels take a space whose dimensions the runner merged at bind time.
   bool merged_rows = false;
+  /// ... for elementwise kernels whose planned row is at most this long (a known extent). On the
+  /// CPU the merge costs a little per row, so any row; a CUDA kernel over a merged space reads its
+  /// extents from the arguments and divides by them per thread where literal extents were
+  /// multiplications, which cost W1 (rows of thousands) 27% on the H100: there only rows short
+  /// enough to limit the vector width (T2's [.., 4, 4]) merge.
+  std::size_t merged_rows_up_to = static_cast<std::size_t>(-1);
   /// Its column reductions merge the dimensions after the reduced axis.
   bool merged_columns = false;
   library_epilogue_caps matmul_library{};
 };
 
-inline constexpr backend_caps cpu_caps{true, true, {}};
-inline constexpr backend_caps cuda_caps{false, false, {true, true, true, true}};
+inline constexpr backend_caps cpu_caps{.merged_rows = true, .merged_columns = true};
+inline constexpr backend_caps cuda_caps{.merged_rows = true,
+                                        .merged_rows_up_to = 32,
+                                        .merged_columns = false,
+                                        .matmul_library = {true, true, true, true}};
 
 struct kernel_schedule {
   /// Merge neighbouring dimensions of the kernel's space from this one on, where every operand
   /// walks them as one (-1: keep the space as planned).
   int merge_from = -1;
-  /// A rows kernel: its rows are whole tasks (it has reduction passes); else rows may be cut.
-  bool whole_rows = false;
   /// A matmul: what its library call takes of the epilogue.
   library_epilogue library{};
 };
@@ -65,8 +72,10 @@ constexpr schedule_t<N> make_schedule(const std::array<ir::node, N>& nodes, cons
     kernel_schedule& ks = s.kernels[k];
     switch (kn.kind) {
       case plan::kernel_kind::rows:
-        ks.whole_rows = kn.passes > 0;
-        if (caps.merged_rows && elementwise_rows(nodes, p, kn)) ks.merge_from = 0;
+        if (caps.merged_rows && elementwise_rows(nodes, p, kn) &&
+            (caps.merged_rows_up_to == static_cast<std::size_t>(-1) ||
+             (is_known_extent(kn.space.back(0)) && kn.space.back(0) <= caps.merged_rows_up_to)))
+          ks.merge_from = 0;
         break;
       case plan::kernel_kind::reduce_cols:
         if (caps.merged_columns) ks.merge_from = nodes[kn.node].desc.axis + 1;
