@@ -4,7 +4,7 @@
 // It is ordinary constexpr code over an array of IR nodes: for static shapes it runs while the
 // model's translation unit is compiled (one constexpr object per expression type); for dynamic
 // shapes the same functions run at run time. There is no second planner. Below it, the schedule
-// (schedule/) turns the plan into each kernel's steps for a back end.
+// (schedule/) makes the per-back-end decisions: merging dimensions, task splits, library epilogues.
 //
 // The passes, in order; each is a constexpr function of the working state (plan/planning.hpp) in
 // a header of its own, with a check of what it promises that runs after it when asked
