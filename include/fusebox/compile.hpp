@@ -8,7 +8,10 @@
 // `run(out, args...)` allocates nothing in steady state. `operator()` allocates only its result.
 //
 // eager() runs the model op by op (each op materialises its result): the A/B baseline.
-// Depends on: cpu/, ops/, options.hpp, graph_break.hpp.
+// The entry point's part of a call: choose the back end (the arguments' kind and
+// options::backend), rollback, capture, bind the inputs; the rest is pipeline/call.hpp's, shared
+// with compiled gradients and explain().
+// Depends on: pipeline/call.hpp, cpu/, ops/, options.hpp, graph_break.hpp.
 #pragma once
 
 #include <algorithm>
@@ -23,14 +26,10 @@
 #include "fusebox/cpu/evaluate.hpp"
 #include "fusebox/cuda/tensor.hpp"
 #include "fusebox/cpu/invoke.hpp"
-#include "fusebox/cpu/report.hpp"
 #include "fusebox/graph_break.hpp"
 #include "fusebox/jit/cpu_autotune.hpp"
-#include "fusebox/jit/dynamic.hpp"
 #include "fusebox/options.hpp"
-#if defined(__CUDACC__)
-#include "fusebox/cuda/static_kernels.cuh"  // nvcc units: kernels for static shapes instantiated at build time
-#endif
+#include "fusebox/pipeline/call.hpp"
 
 namespace fusebox {
 
@@ -104,72 +103,32 @@ decltype(auto) unwrap(Out&& outs) {
   else return std::forward<Out>(outs);
 }
 
-/// Runs `prog`, the CUDA program the run-time path chose for a call bound in `f` (a frame of the
-/// expression's own size), on the caller's stream: the frame widened to the merged graph's size,
-/// the runtime made on the first call, and, unless in default mode or `graphs` is false, replayed
-/// from a CUDA graph. Shared by compiled models and compiled gradients.
-template <class D, class T, std::size_t N, class Program>
-void run_cuda_program(const Program& prog, const cpu::frame<T, N>& f, const jit::call_facts& facts,
-                      std::unique_ptr<jit::cuda_runtime>& rt, const options& o, bool graphs) {
-  cpu::frame<T, D::NB> g;
-  for (std::size_t i = 0; i < N; ++i) {
-    g.loc[i] = f.loc[i];
-    g.copy_to[i] = f.copy_to[i];
-    g.payload[i] = f.payload[i];
-  }
-  if (!rt) {
-    rt = std::make_unique<jit::cuda_runtime>();
-    rt->graphs.set_cap(o.cudagraph_cap);
-    rt->autotune = o.mode == mode::max_autotune;
-  }
-  // max_autotune is reduce_overhead plus tuning, as in torch.compile.
-  auto concrete = [&] { return jit::specialise(prog.graph, facts.extents); };
-  if (o.mode != mode::default_ && graphs) prog.run_graph(g, concrete, facts.extents, *rt);
-  else prog.run(g, concrete(), *rt);
-}
-
 }  // namespace detail
 
 template <class Model, options Static = options{}>
 class compiled {
  public:
-  compiled(Model model, options opts) : model_(std::move(model)), opts_(opts) {
-    if constexpr (Static.fullgraph) opts_.fullgraph = true;
-    if constexpr (Static.fast_math) opts_.fast_math = true;
-    if constexpr (Static.backend != backend::automatic) opts_.backend = Static.backend;
-    rt_->pool = &cpu::shared_pool(opts_.threads ? opts_.threads : default_threads());
-  }
+  compiled(Model model, options opts) : model_(std::move(model)), st_(with_static(opts)) {}
 
-  const options& opts() const noexcept { return opts_; }
-  unsigned threads() const noexcept { return rt_->pool->size(); }
+  const options& opts() const noexcept { return st_.opts; }
+  unsigned threads() const noexcept { return st_.threads(); }
 
   /// Runs the compiled model; returns its result(s) as new tensors. With device tensors
   /// (cuda::tensor) it runs on the CUDA backend and returns device tensors.
   template <class... Args>
   auto operator()(const Args&... args) {
-    if constexpr ((cuda::is_tensor_v<Args> || ...))
-      if (opts_.backend == backend::cpu)
+    if constexpr ((cuda::is_tensor_v<Args> || ...)) {
+      if (st_.opts.backend == backend::cpu)
         throw invalid_argument("fusebox: a function compiled with options{.backend = backend::cpu} was called with "
                                "cuda::tensor arguments " + detail::argument_shapes(args...) +
                                ": move them to the host (to_host()), or compile with backend::automatic (run where "
                                "the arguments are) or backend::cuda");
-#if defined(__CUDACC__)
-    // An nvcc unit: the static path when every extent is static and every kernel has a template
-    // (cuda/static_kernels.cuh); the run-time path is then not instantiated at all.
-    if constexpr ((cuda::is_tensor_v<Args> || ...) &&
-                  cuda::static_path::supported<typename program_for_args<Args...>::type>())
-      return call_cuda_static<Args...>(args...);
-    else
-#endif
-    if constexpr ((cuda::is_tensor_v<Args> || ...)) {
-      return call_cuda(args...);
+      return call<backends::cuda_backend>(nullptr, args...);
+    } else if constexpr (Static.backend == backend::cuda) {
+      return call_on_device(args...);
     } else {
-      if constexpr (Static.backend == backend::cuda) {
-        return call_on_device(args...);
-      } else {
-        if (opts_.backend == backend::cuda && !eager_only()) refuse_host_call_on_cuda(args...);
-        return call(nullptr, args...);
-      }
+      if (st_.opts.backend == backend::cuda && !eager_only()) refuse_host_call_on_cuda(args...);
+      return call<backends::cpu_backend>(nullptr, args...);
     }
   }
 
@@ -184,15 +143,15 @@ class compiled {
   /// Runs the compiled model into caller-owned outputs: no heap allocation in steady state.
   template <class Out, class... Args>
   void run(Out& out, const Args&... args) {
-    if (opts_.backend == backend::cuda)
+    if (st_.opts.backend == backend::cuda)
       throw invalid_argument("fusebox: compiled::run(out, args...) runs on the host into host memory, but this "
                              "function was compiled with options{.backend = backend::cuda}: call it (f(args...)) "
                              "to run on the GPU, or compile with backend::automatic or backend::cpu");
     if constexpr (!program_for_args<Args...>::type::all_static) {
-      out = call(nullptr, args...);  // the run-time path allocates its result (no steady-state promise)
+      out = call<backends::cpu_backend>(nullptr, args...);  // the run-time path allocates its result (no steady-state promise)
     } else {
       const cpu::autotune::scope tune = autotune_scope();
-      auto [roots, guard] = capture(nullptr, args...);
+      auto roots = capture(nullptr, args...);
       using Prog = typename detail::program_of<decltype(roots), Static.fast_math>::type;
       check_fast_math<Prog>();
       typename Prog::frame_t f;
@@ -204,7 +163,7 @@ class compiled {
         out = std::get<0>(eager_outputs<std::tuple<Out>>(args...));
         return;
       }
-      cpu::bind_and_run<Prog>(f, outs, *rt_);
+      backends::cpu_backend::run_static<Prog>(f, outs, st_.backend_state<backends::cpu_backend>(), st_.opts);
     }
   }
 
@@ -214,167 +173,59 @@ class compiled {
     return program_for<Args...>::arena_bytes;
   }
 
-  /// The plan for these arguments, kernel by kernel (captures the model; breaks are run).
+  /// The plan for these arguments, kernel by kernel, as the back end the arguments choose runs it
+  /// (captures the model; breaks are run).
   template <class... Args>
   std::string describe(std::vector<detail::break_record>* breaks, const Args&... args) {
-    auto [roots, guard] = capture(breaks, args...);
+    using B = backend_for<Args...>;
+    auto roots = capture(breaks, args...);
     using Prog = typename detail::program_of<decltype(roots), Static.fast_math>::type;
-    if constexpr (Prog::all_static) {
-      return cpu::describe<Prog>(threads());
-    } else {
-      // The run-time path: the specialisation this call uses (compiled now if needed), and the
-      // guards of every specialisation so far.
-      typename Prog::frame_t f;
-      const auto targs = std::tie(args...);
-      cpu::bind_inputs<Prog>(f, roots, targs);
-      auto& dynamic = dynamic_for<Prog>();
-      const jit::call_facts facts = dynamic.facts(f, sizeof...(Args));
-      const auto prog = dynamic.select(facts, opts_, hints_, "explain");
-      std::string s = "  run-time path (dyn extents), policy " +
-                      std::string(opts_.dynamic == fusebox::dynamic::automatic ? "automatic"
-                                  : opts_.dynamic == fusebox::dynamic::always  ? "always"
-                                                                                : "never") +
-                      "; guards of the specialisations (sN: symbolic):\n";
-      for (const auto& g : dynamic.guards()) s += "    " + g.text() + "\n";
-      if (!prog) return s + "  this call runs eagerly (recompile limit reached or its code failed to compile)\n";
-      return s + jit::dynamic_function<Prog>::describe(*prog, threads());
-    }
+    typename Prog::frame_t f;
+    const auto targs = std::tie(args...);
+    cpu::bind_inputs<Prog>(f, roots, targs);
+    return pipeline::describe<B, Prog>(st_, f, sizeof...(Args));
   }
 
-  /// Per-thread capture settings (for a call in progress).
+  /// The back end a call with these arguments runs on: where its tensors are.
   template <class... Args>
+  using backend_for =
+      std::conditional_t<(cuda::is_tensor_v<Args> || ...), backends::cuda_backend, backends::cpu_backend>;
+
+  /// A call on back end B: rollback, capture, bind; then the pipeline (pipeline/call.hpp). On the
+  /// CUDA back end a call returns once its work is queued on cuda::work_stream() (as a PyTorch op
+  /// does on its current stream): reading a result (to_host) waits for it, and
+  /// cuda::synchronize() waits for all.
+  template <class B, class... Args>
   auto call(std::vector<detail::break_record>* breaks, const Args&... args) {
-    using PO = program_for_args<Args...>;
-    using Outs = typename PO::outputs;
-    if (rolled_back(args...)) return detail::unwrap(eager_outputs<Outs>(args...));
-    const cpu::autotune::scope tune = autotune_scope();
-    auto [roots, guard] = capture(breaks, args...);
-    using Prog = typename PO::type;
-    typename Prog::frame_t f;
-    const auto targs = std::tie(args...);
-    cpu::bind_inputs<Prog>(f, roots, targs);
-    if constexpr (Prog::all_static) {
-      check_fast_math<Prog>();
-      auto outs = make_outputs<Outs, Prog>(f);
-      cpu::bind_and_run<Prog>(f, outs, *rt_);
-      return detail::unwrap(std::move(outs));
-    } else {
-      auto& dynamic = dynamic_for<Prog>();
-      const jit::call_facts facts = dynamic.facts(f, sizeof...(Args));
-      if (opts_.mode != mode::default_) {
-        // reduce_overhead (and max_autotune, which includes it): an exact repeat of a call
-        // signature skips the guards and the specialisations (jit::dynamic_function::fast).
-        auto e = dynamic.fast(facts);
-        if (e) {
-          if (!hints_.empty()) jit::check_hints(facts, hints_);
-          jit::counters().fast_path_calls.fetch_add(1, std::memory_order_relaxed);
-        } else {
-          auto prog = dynamic.select(facts, opts_, hints_, "compiled function");
-          if (!prog) return detail::unwrap(eager_outputs<Outs>(args...));
-          e = dynamic.remember(facts, std::move(prog));
-        }
-        auto outs = [&]<std::size_t... R>(std::index_sequence<R...>) {
-          return Outs{std::tuple_element_t<R, Outs>(e->shapes[Prog::graph::outputs[R]].desc.shape)...};
-        }(std::make_index_sequence<std::tuple_size_v<Outs>>{});
-        cpu::bind_outputs<Prog>(f, outs);
-        jit::dynamic_function<Prog>::execute(*e->prog, f, e->concrete, *rt_);
-        cpu::copy_repeated_outputs<Prog>(outs);
-        return detail::unwrap(std::move(outs));
-      }
-      const auto prog = dynamic.select(facts, opts_, hints_, "compiled function");
-      if (!prog) return detail::unwrap(eager_outputs<Outs>(args...));
-      const auto shapes = jit::specialise(Prog::graph::nodes, facts.extents);
-      auto outs = [&]<std::size_t... R>(std::index_sequence<R...>) {
-        return Outs{std::tuple_element_t<R, Outs>(shapes[Prog::graph::outputs[R]].desc.shape)...};
-      }(std::make_index_sequence<std::tuple_size_v<Outs>>{});
-      cpu::bind_outputs<Prog>(f, outs);
-      jit::dynamic_function<Prog>::execute(*prog, f, facts.extents, *rt_);
-      cpu::copy_repeated_outputs<Prog>(outs);
-      return detail::unwrap(std::move(outs));
-    }
-  }
-
-  /// The CUDA backend: the run-time path with CUDA kernels (NVRTC) and cuBLASLt, whatever the
-  /// extents (static ones are baked into the generated source like known dyn ones). The call
-  /// returns once its work is queued on cuda::work_stream() (as a PyTorch op does on its current
-  /// stream): reading a result (to_host) waits for it, and cuda::synchronize() waits for all.
-  template <class... Args>
-  auto call_cuda(const Args&... args) {
-    static_assert(((!is_tensor_v<Args>) && ...),
+    constexpr bool on_cuda = std::is_same_v<B, backends::cuda_backend>;
+    static_assert(!on_cuda || ((!is_tensor_v<Args>) && ...),
                   "fusebox: a call mixes host tensors and device tensors (cuda::tensor); move every tensor "
                   "argument to the device, or none");
     using PO = program_for_args<Args...>;
     using Prog = typename PO::type;
-    using Outs = typename PO::device_outputs;
-    using T = typename Prog::value_type;
-    // Runs the model op by op on the host (rollback, or past the recompile limit). bfloat16 and
-    // float16 have no host arithmetic, so for them this is an error naming the reason.
-    auto eager_on_host = [&](const char* why) -> Outs {
-      if constexpr (std::is_same_v<T, float>) {
-        (void)why;
-        auto host = std::apply([&](const auto&... a) { return eager_outputs<typename PO::outputs>(to_host_arg(a)...); },
-                               std::tie(args...));
-        return to_device_outputs<Outs>(host);
-      } else {
-        throw invalid_argument(std::string("fusebox: ") + why + ", and a " + name(storage_dtype<T>()) +
-                               " model cannot run eagerly on the host (no host arithmetic for 16-bit storage types)");
-      }
-    };
+    using Outs = std::conditional_t<on_cuda, typename PO::device_outputs, typename PO::outputs>;
     if (rolled_back(args...))
-      return detail::unwrap(eager_on_host("the model must run eagerly (f.disable(), FUSEBOX_DISABLE or force_eager)"));
-    auto [roots, guard] = capture(nullptr, args...);
+      return detail::unwrap(
+          eager_on<B, Outs>("the model must run eagerly (f.disable(), FUSEBOX_DISABLE or force_eager)", args...));
+    const cpu::autotune::scope tune = autotune_scope();
+    auto roots = capture(breaks, args...);
     typename Prog::frame_t f;
     const auto targs = std::tie(args...);
     cpu::bind_inputs<Prog>(f, roots, targs);
-    auto& dynamic = cuda_dynamic_for<Prog>();
-    const jit::call_facts facts = dynamic.facts(f, sizeof...(Args));
-    const auto prog = dynamic.select(facts, opts_, hints_, "compiled function (CUDA)");
-    if (!prog) return detail::unwrap(eager_on_host("the recompile limit is reached or the CUDA code failed to compile"));
-    const auto shapes = jit::specialise(Prog::graph::nodes, facts.extents);
-    auto outs = [&]<std::size_t... R>(std::index_sequence<R...>) {
-      return Outs{std::tuple_element_t<R, Outs>(shapes[Prog::graph::outputs[R]].desc.shape)...};
-    }(std::make_index_sequence<std::tuple_size_v<Outs>>{});
-    cpu::bind_outputs<Prog>(f, outs);
-    detail::run_cuda_program<jit::dynamic_function<Prog, jit::cuda_target>>(*prog, f, facts, cuda_rt_, opts_,
-                                                                            graph_size_allowed(facts));
-    return detail::unwrap(std::move(outs));
+    if constexpr (!on_cuda) check_fast_math<Prog>();
+    auto outs = pipeline::run<B, Prog, Outs>(st_, f, sizeof...(Args),
+                                             on_cuda ? "compiled function (CUDA)" : "compiled function",
+                                             [](const auto&, const auto&) {});
+    if (!outs)
+      return detail::unwrap(
+          eager_on<B, Outs>("the recompile limit is reached or the run-time path's code failed to compile", args...));
+    return detail::unwrap(std::move(*outs));
   }
-
-#if defined(__CUDACC__)
-  /// A call on the static CUDA path: kernels nvcc instantiated from the constexpr plan, no guard,
-  /// no NVRTC. Launched directly in every mode (no CUDA graph is recorded).
-  template <class... Args>
-  auto call_cuda_static(const Args&... args) {
-    static_assert(((!is_tensor_v<Args>) && ...),
-                  "fusebox: a call mixes host tensors and device tensors (cuda::tensor); move every tensor "
-                  "argument to the device, or none");
-    using Prog = typename program_for_args<Args...>::type;
-    using Outs = typename program_for_args<Args...>::device_outputs;
-    if (rolled_back(args...)) {  // op by op on the host, as the run-time path does for float
-      auto host = std::apply(
-          [&](const auto&... a) { return eager_outputs<typename program_for_args<Args...>::outputs>(to_host_arg(a)...); },
-          std::tie(args...));
-      return detail::unwrap(to_device_outputs<Outs>(host));
-    }
-    auto [roots, guard] = capture(nullptr, args...);
-    typename Prog::frame_t f;
-    const auto targs = std::tie(args...);
-    cpu::bind_inputs<Prog>(f, roots, targs);
-    auto outs = [&]<std::size_t... R>(std::index_sequence<R...>) {
-      return Outs{std::tuple_element_t<R, Outs>(Prog::nodes[Prog::graph::outputs[R]].desc.shape)...};
-    }(std::make_index_sequence<std::tuple_size_v<Outs>>{});
-    cpu::bind_outputs<Prog>(f, outs);
-    if (!cuda_rt_) cuda_rt_ = std::make_unique<jit::cuda_runtime>();
-    cuda::static_path::runner<Prog>::run(f, *cuda_rt_);
-    cuda::static_path::calls().fetch_add(1, std::memory_order_relaxed);
-    return detail::unwrap(std::move(outs));
-  }
-#endif
 
   /// A range (and optimisation hint) for dimension `dim` of argument `arg`: guards of symbolic
   /// specialisations accept only extents in [min, max], and an extent outside is a shape_error.
   compiled& hint(std::size_t arg, std::size_t dim, std::size_t min, std::size_t max, std::size_t opt = 0) {
-    hints_.push_back(dim_hint{arg, dim, min, max, opt});
+    st_.hints.push_back(dim_hint{arg, dim, min, max, opt});
     return *this;
   }
 
@@ -383,18 +234,21 @@ class compiled {
   /// batch sizes a server sees most); others run as in the default mode. Rules add up: a call is
   /// recorded when it passes every rule.
   compiled& cudagraph_sizes(std::size_t arg, std::size_t dim, std::vector<std::size_t> sizes) {
-    graph_sizes_.push_back(graph_size_rule{arg, dim, std::move(sizes)});
+    st_.graph_sizes.push_back(pipeline::graph_size_rule{arg, dim, std::move(sizes)});
     return *this;
   }
 
   /// Recompiles so far (run-time path), over every argument type this function has seen.
-  int recompiles() const {
-    int n = 0;
-    for (const auto& d : dynamic_) n += d.recompiles();
-    return n;
-  }
+  int recompiles() const { return st_.recompiles(); }
 
  private:
+  static options with_static(options o) {
+    if constexpr (Static.fullgraph) o.fullgraph = true;
+    if constexpr (Static.fast_math) o.fast_math = true;
+    if constexpr (Static.backend != backend::automatic) o.backend = Static.backend;
+    return o;
+  }
+
   // Declared only: the type of the captured roots for these argument types.
   template <std::size_t... I, class... Args>
   static auto roots_type(std::index_sequence<I...>, meta::type_list<Args...>)
@@ -411,7 +265,7 @@ class compiled {
   template <class Prog>
   void check_fast_math() const {
     if constexpr (Prog::all_static && !Static.fast_math)
-      if (opts_.fast_math)
+      if (st_.opts.fast_math)
         throw invalid_argument(
             "fusebox: compile(model, options{.fast_math = true}) on host tensors of static shapes: this "
             "program's kernels were built with the translation unit, so fast math must be a build-time "
@@ -421,27 +275,12 @@ class compiled {
   template <class... Args>
   using program_for = typename program_for_args<Args...>::type;
 
-  struct graph_size_rule {
-    std::size_t arg, dim;
-    std::vector<std::size_t> sizes;
-  };
-  bool graph_size_allowed(const jit::call_facts& facts) const {
-    for (const graph_size_rule& r : graph_sizes_) {
-      if (r.arg >= facts.extents.size() || r.dim >= facts.extents[r.arg].rank)
-        throw invalid_argument("fusebox: cudagraph_sizes names argument " + std::to_string(r.arg) + " dimension " +
-                               std::to_string(r.dim) + ", but the call's argument has shape " +
-                               (r.arg < facts.extents.size() ? to_string(facts.extents[r.arg]) : std::string("(none)")));
-      if (std::find(r.sizes.begin(), r.sizes.end(), facts.extents[r.arg].extent[r.dim]) == r.sizes.end()) return false;
-    }
-    return true;
-  }
-
   bool eager_only() const { return rollback_active() || !enabled(); }
 
   /// max_autotune on the host: the kernels of this call take timed choices (cpu/autotune.hpp),
   /// persisted in the cache directory; other modes leave tuning off.
   cpu::autotune::scope autotune_scope() const {
-    const bool on = opts_.mode == mode::max_autotune;
+    const bool on = st_.opts.mode == mode::max_autotune;
     return cpu::autotune::scope(on, on ? &jit::cpu_winner_store::instance() : nullptr);
   }
 
@@ -466,15 +305,15 @@ class compiled {
   /// compile<options{.backend = backend::cuda}>(model) with host tensors: upload, run on the GPU,
   /// download. Without a usable GPU, a backend_unavailable saying so (never a silent CPU run).
   template <class... Args>
-  auto call_on_device(const Args&... args) -> decltype(this->call(nullptr, args...)) {
+  auto call_on_device(const Args&... args) -> decltype(this->template call<backends::cpu_backend>(nullptr, args...)) {
     using T = typename program_for_args<Args...>::type::value_type;
-    if (eager_only()) return call(nullptr, args...);  // rolled back: eager on the host, where the tensors are
+    if (eager_only()) return call<backends::cpu_backend>(nullptr, args...);  // rolled back: eager on the host, where the tensors are
     static_assert(std::is_same_v<T, float>,
                   "fusebox: compile<options{.backend = backend::cuda}>(model) called with host tensors that are "
                   "not float: the CUDA backend computes float32 (with bfloat16 and float16 storage); pass float "
                   "tensors, or compile with backend::cpu");
     require_gpu(args...);
-    auto outs = call_cuda(to_device_arg(args)...);
+    auto outs = call<backends::cuda_backend>(nullptr, to_device_arg(args)...);
     if constexpr (cuda::is_tensor_v<decltype(outs)>) return outs.to_host();
     else return std::apply([](const auto&... o) { return std::make_tuple(o.to_host()...); }, outs);
   }
@@ -529,6 +368,29 @@ class compiled {
     return Outs(model_(args...));
   }
 
+  /// The model run op by op where back end B's results live: on the host; for the CUDA back end
+  /// on the host from copies of the arguments, the results uploaded. bfloat16 and float16 have no
+  /// host arithmetic, so for them this is an error naming `why` the call could not run compiled.
+  template <class B, class Outs, class... Args>
+  Outs eager_on(const char* why, const Args&... args) {
+    if constexpr (std::is_same_v<B, backends::cpu_backend>) {
+      (void)why;
+      return eager_outputs<Outs>(args...);
+    } else {
+      using PO = program_for_args<Args...>;
+      using T = typename PO::type::value_type;
+      if constexpr (std::is_same_v<T, float>) {
+        (void)why;
+        auto host = std::apply([&](const auto&... a) { return eager_outputs<typename PO::outputs>(to_host_arg(a)...); },
+                               std::tie(args...));
+        return to_device_outputs<Outs>(host);
+      } else {
+        throw invalid_argument(std::string("fusebox: ") + why + ", and a " + name(storage_dtype<T>()) +
+                               " model cannot run eagerly on the host (no host arithmetic for 16-bit storage types)");
+      }
+    }
+  }
+
   template <class A>
   static decltype(auto) to_host_arg(const A& a) {
     if constexpr (cuda::is_tensor_v<A>) return a.to_host();
@@ -541,56 +403,17 @@ class compiled {
     }(std::make_index_sequence<std::tuple_size_v<Outs>>{});
   }
 
-  /// The CUDA run-time state of one expression type.
-  template <class Prog>
-  jit::dynamic_function<Prog, jit::cuda_target>& cuda_dynamic_for() {
-    using D = jit::dynamic_function<Prog, jit::cuda_target>;
-    const void* tag = &meta::type_tag<D>;
-    for (auto& [t, d] : dynamic_state_)
-      if (t == tag) return *static_cast<D*>(d.get());
-    auto d = std::make_shared<D>();
-    dynamic_state_.emplace_back(tag, d);
-    dynamic_.push_back(recompile_counter{[d] { return d->recompiles(); }});
-    return *d;
-  }
-
-  /// The run-time state of one expression type (one per argument types seen).
-  template <class Prog>
-  jit::dynamic_function<Prog>& dynamic_for() {
-    const void* tag = &meta::type_tag<Prog>;
-    for (auto& [t, d] : dynamic_state_)
-      if (t == tag) return *static_cast<jit::dynamic_function<Prog>*>(d.get());
-    auto d = std::make_shared<jit::dynamic_function<Prog>>();
-    dynamic_state_.emplace_back(tag, d);
-    dynamic_.push_back(recompile_counter{[d] { return d->recompiles(); }});
-    return *d;
-  }
-  struct recompile_counter {
-    std::function<int()> count;
-    int recompiles() const { return count(); }
-  };
-
   template <class... Args>
   auto capture(std::vector<detail::break_record>* breaks, const Args&... args) {
-    detail::capture_context ctx{opts_.fullgraph, breaks, rt_.get(), (cuda::is_tensor_v<Args> || ...)};
+    detail::capture_context ctx{st_.opts.fullgraph, breaks, st_.backend_state<backends::cpu_backend>().rt.get(),
+                                (cuda::is_tensor_v<Args> || ...)};
     detail::capture_scope scope(&ctx);
     auto roots = [&]<std::size_t... I>(std::index_sequence<I...>) {
       return detail::as_roots(model_(detail::symbolic_arg<I, Static.fullgraph>(args)...));
     }(std::index_sequence_for<Args...>{});
-    return std::pair{std::move(roots), 0};
+    return roots;
   }
 
-  template <class Outs, class Prog>
-  static Outs make_outputs(const typename Prog::frame_t& f) {
-    return [&]<std::size_t... R>(std::index_sequence<R...>) {
-      return Outs{std::tuple_element_t<R, Outs>(
-          Prog::all_static ? Prog::nodes[Prog::graph::outputs[R]].desc.shape : output_shape<Prog>(f, R))...};
-    }(std::make_index_sequence<std::tuple_size_v<Outs>>{});
-  }
-  template <class Prog>
-  static dims output_shape(const typename Prog::frame_t& f, std::size_t r) {
-    return f.loc[Prog::graph::outputs[r]].shape;
-  }
   template <class Out>
   static void check_output(const Out& out, const dims& want) {
     if (!(out.extents() == want) || !out.contiguous())
@@ -606,14 +429,8 @@ class compiled {
   };
 
   Model model_;
-  options opts_;
+  pipeline::function_state st_;
   std::unique_ptr<switch_state> switch_ = std::make_unique<switch_state>();
-  std::unique_ptr<cpu::runtime> rt_ = std::make_unique<cpu::runtime>();
-  std::unique_ptr<jit::cuda_runtime> cuda_rt_;  // created by the first CUDA call
-  std::vector<graph_size_rule> graph_sizes_;     // cudagraph_sizes()
-  std::vector<dim_hint> hints_;
-  std::vector<std::pair<const void*, std::shared_ptr<void>>> dynamic_state_;
-  std::vector<recompile_counter> dynamic_;
 };
 
 /// Clears the in-memory kernel cache and the CPU autotune winners held in memory, zeroes the

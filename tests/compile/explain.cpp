@@ -65,3 +65,37 @@ TEST_CASE("explain() lists every kernel with its ops", "[compile][explain]") {
   // And the model it describes computes the right thing.
   CHECK(rel_diff(fb::compile(model)(x, w), fb::eager(model)(to_double_dyn(x), to_double_dyn(w))) <= 2e-6);
 }
+
+TEST_CASE("explain() on the run-time path: the selected specialisation's kernels with loops, bytes and flops at "
+          "the call's extents",
+          "[compile][explain][jit]") {
+  // The same model as above on a dyn batch: the report is the plan's at this call's extents, each
+  // kernel as the CPU back end runs it (generated, or on the host), the same lines as the static
+  // path's.
+  fb::tensor<float, fb::shape<fb::dyn, 33>> x(fb::dims{2, {17, 33}});
+  fb::tensor<float, fb::shape<33, 9>> w;
+  fbt::fill_signed(x, 53, 0.05, 3.0);
+  fbt::fill_signed(w, 54, 0.05, 1.0);
+  auto model = [](auto x, auto w) { return fb::relu(fb::matmul(fb::softmax(x), w)); };
+  const std::string plan = fb::explain_text(model, x, w);
+  INFO(plan);
+  CHECK(contains(plan, "run-time path on the cpu (dyn extents)"));
+  CHECK(contains(plan, "[17, 33] [33, 9]"));  // the guard of the specialisation
+  CHECK(contains(plan, "[rows] max, sub, exp, sum, div"));
+  CHECK(contains(plan, "generated: rows over [17, 33]"));
+  CHECK(contains(plan, "[matmul] matmul + epilogue(relu)"));
+  CHECK(contains(plan, "gemm [17, 33] x [33, 9] -> [17, 9]; on the host, generated epilogue"));
+  // 2·17·9·33 flops of the product and one of the relu per element: numbers, not symbols.
+  CHECK(contains(plan, "10.3 kflop"));
+  CHECK(contains(plan, "at this call's extents"));
+  std::size_t kernels = 0, loops = 0, moves = 0;
+  for (std::size_t at = 0; (at = plan.find("  kernel ", at)) != std::string::npos; ++at) ++kernels;
+  for (std::size_t at = 0; (at = plan.find("loop: ", at)) != std::string::npos; ++at) ++loops;
+  for (std::size_t at = 0; (at = plan.find("moves ", at)) != std::string::npos; ++at) ++moves;
+  CHECK(kernels == 2);
+  CHECK(loops == kernels);
+  CHECK(moves == kernels);
+  // With options it ends with the CPU's modes.
+  CHECK(contains(fb::explain_text(model, fb::options{.mode = fb::mode::reduce_overhead}, x, w),
+                 "modes on the CPU:\n  default_"));
+}

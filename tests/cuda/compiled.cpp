@@ -1249,6 +1249,65 @@ TEST_CASE("CUDA: compile(value_and_grad) of a small CNN on the device matches th
   CHECK(scaled_worst(gwl.to_host(), doubles(hwl)) < 1e-4);
 }
 
+TEST_CASE("CUDA: explain() on device tensors reports the kernels as the GPU runs them, with bytes and flops, and "
+          "the modes on the GPU",
+          "[cuda][explain]") {
+  FUSEBOX_REQUIRE_GPU();
+  constexpr std::size_t K = 72, C = 56, rows = 31;
+  auto model = [](auto x, auto m, auto b) { return fb::relu(fb::matmul(fb::softmax(x), m) + b); };
+  const layer_params<K, C> w(81, 0.3f, 2.0f);
+  const auto& [m, b, dm, db] = w;
+  fb::tensor<float, fb::shape<fb::dyn, K>> x(rows);
+  x.fill_random(82, -3.0f, 3.0f);
+  const fb::cuda::tensor<float, fb::shape<fb::dyn, K>> dx(x);
+  const std::string plan = fb::explain_text(model, fb::options{.mode = fb::mode::reduce_overhead}, dx, dm, db);
+  INFO(plan);
+  auto has = [&](const char* part) { return plan.find(part) != std::string::npos; };
+  CHECK(has("run-time path on the cuda (dyn extents)"));
+  CHECK(has("[rows] max, sub, exp, sum, div"));
+  CHECK(has("NVRTC: "));
+  CHECK(has("gemm [31, 72] x [72, 56] -> [31, 56]; cuBLASLt with its epilogue's bias"));
+  CHECK(has("moves "));
+  CHECK(has("flop"));
+  CHECK(has("modes on the GPU:"));
+  CHECK(has("reduce_overhead (this compile)"));
+  // The model explained computes the right thing on the device.
+  std::vector<double> r(rows * C);
+  for (std::size_t i = 0; i < rows; ++i) {
+    double mx = -1e300, s = 0;
+    for (std::size_t k = 0; k < K; ++k) mx = std::max(mx, static_cast<double>(x.flat(i * K + k)));
+    std::vector<double> p(K);
+    for (std::size_t k = 0; k < K; ++k) s += p[k] = std::exp(x.flat(i * K + k) - mx);
+    for (std::size_t j = 0; j < C; ++j) {
+      double acc = b.flat(j);
+      for (std::size_t k = 0; k < K; ++k) acc += p[k] / s * m.flat(k * C + j);
+      r[i * C + j] = std::max(acc, 0.0);
+    }
+  }
+  CHECK(worst(fb::compile(model)(dx, dm, db).to_host(), r) < 1e-4);
+}
+
+TEST_CASE("CUDA: a model that returns one value twice fills both results, in every mode", "[cuda]") {
+  FUSEBOX_REQUIRE_GPU();
+  // Both results are one node (identical subtrees merge); the program computes it into the first,
+  // and the second is a copy queued after it (it was left unwritten before the call pipeline).
+  auto model = [](auto x) { return std::make_tuple(fb::exp(x) * 0.5f, fb::exp(x) * 0.5f); };
+  fb::tensor<float, fb::shape<fb::dyn, 40>> x(9);
+  x.fill_random(91, -2.0f, 2.0f);
+  const fb::cuda::tensor<float, fb::shape<fb::dyn, 40>> dx(x);
+  std::vector<double> r(x.size());
+  for (std::size_t i = 0; i < r.size(); ++i) r[i] = 0.5 * std::exp(static_cast<double>(x.flat(i)));
+  for (fb::mode md : {fb::mode::default_, fb::mode::reduce_overhead}) {
+    auto f = fb::compile(model, fb::options{.mode = md});
+    for (int call = 0; call < 3; ++call) {  // reduce_overhead: a recording, then replays
+      INFO("mode " << static_cast<int>(md) << ", call " << call);
+      const auto [a, c] = f(dx);
+      CHECK(worst(a.to_host(), r) < 1e-6);
+      CHECK(worst(c.to_host(), r) < 1e-6);
+    }
+  }
+}
+
 TEST_CASE("CUDA: a call without a GPU says the backend is unavailable", "[cuda]") {
   if (fb::cuda::available()) {
     WARN("a CUDA device is present: the unavailable path is not exercised here");

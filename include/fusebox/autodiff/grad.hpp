@@ -388,9 +388,7 @@ class compiled_grad {
   using program_for = typename detail::plan_of<F, Wrt, detail::host_type_t<Args>...>::template budgeted_t<Budget>;
 
  public:
-  compiled_grad(grad_fn<F, Wrt, WithValue> g, options opts) : g_(std::move(g)), opts_(opts) {
-    rt_->pool = &cpu::shared_pool(opts_.threads ? opts_.threads : default_threads());
-  }
+  compiled_grad(grad_fn<F, Wrt, WithValue> g, options opts) : g_(std::move(g)), st_(opts) {}
 
   template <class... Args>
   auto operator()(const Args&... args) {
@@ -408,8 +406,8 @@ class compiled_grad {
     }
   }
 
-  const options& opts() const noexcept { return opts_; }
-  unsigned threads() const noexcept { return rt_->pool->size(); }
+  const options& opts() const noexcept { return st_.opts; }
+  unsigned threads() const noexcept { return st_.threads(); }
 
   /// Bytes of the intermediate arena (forward values the backward reads included): a constant.
   template <class... Args>
@@ -420,9 +418,20 @@ class compiled_grad {
   static graph_stats stats(const Args&... args) {
     return grad_fn<F, Wrt, WithValue>::stats(args...);
   }
+  /// The joint program's kernels for these (host) arguments, as the pipeline runs them: static
+  /// kernels, or on dyn extents the run-time specialisation this call selects.
   template <class... Args>
-  std::string describe(const Args&...) const {
-    return cpu::describe<typename program_for<Args...>::program>(threads());
+  std::string describe(const Args&... args) {
+    static_assert(((!cuda::is_tensor_v<Args>) && ...),
+                  "fusebox: describe() of a compiled gradient takes host tensors (the plan is the same on the GPU)");
+    using P = detail::plan_of<F, Wrt, Args...>;
+    using Prog = typename program_for<Args...>::program;
+    const auto loss = detail::capture(g_.function(), args...);
+    detail::bound_call<P> b(loss, args...);
+    typename Prog::frame_t f;
+    const std::tuple<input_leaf<0, typename P::T, shape<>>> no_payloads{};
+    cpu::bind_inputs<Prog>(f, no_payloads, b.in);
+    return pipeline::describe<backends::cpu_backend, Prog>(st_, f, P::inputs);
   }
   /// Where one call's memory goes: saved activations at this budget and at budget 1, arenas,
   /// workspace, outputs, the peak, and the values recomputed in the backward.
@@ -437,46 +446,37 @@ class compiled_grad {
   }
 
  private:
+  /// Host tensors: the joint graph through the call pipeline (pipeline/call.hpp) on the CPU, as
+  /// compile() runs a model: static kernels for static shapes; with dyn extents the run-time path
+  /// (guards, specialisation, the one planner, generated kernels), where the rules' constants that
+  /// depend on an extent (mean's 1 / n) are valued from the call's shapes before it runs.
   template <class... Args>
   auto call_host(const Args&... args) {
     using P = detail::plan_of<F, Wrt, Args...>;
     using Prog = typename program_for<Args...>::program;
+    if constexpr (!P::all_static) static_assert(static_check::dyn_memory_budget<Budget, Budget == 1.0f>::value);
     const auto loss = detail::capture(g_.function(), args...);
     detail::bound_call<P> b(loss, args...);
     typename Prog::frame_t f;
     const std::tuple<input_leaf<0, typename P::T, shape<>>> no_payloads{};  // the joint graph holds none
     cpu::bind_inputs<Prog>(f, no_payloads, b.in);
-    if constexpr (P::all_static) {
-      typename P::outputs outs;
-      cpu::bind_and_run<Prog>(f, outs, *rt_);
-      return detail::shape_result<WithValue>(std::move(outs));
-    } else {
-      // dyn extents: the joint graph on the run-time path, as compile() runs a model (guards,
-      // specialisation, the one planner, generated kernels), one specialisation per call.
-      static_assert(static_check::dyn_memory_budget<Budget, Budget == 1.0f>::value);
-      using D = jit::dynamic_function<Prog>;
-      D& dynamic = dynamic_for<D>();
-      const jit::call_facts facts = D::facts(f, P::inputs);
-      const auto shapes = jit::specialise(Prog::graph::nodes, facts.extents);
-      b.constants(detail::call_shapes<Prog, std::decay_t<decltype(shapes)>>{shapes});
-      const auto prog = dynamic.select(facts, opts_, {}, "compiled gradient");
-      if (!prog)
-        throw invalid_argument("fusebox::compile(grad(...)) on dyn extents: the joint graph's kernels failed to compile or "
-                               "the recompile limit is reached (FUSEBOX_LOGS=recompiles,kernels says which)");
-      auto outs = detail::outputs_at<typename P::outputs, Prog>(shapes);
-      P::check_gradient_extents(outs, args...);
-      cpu::bind_outputs<Prog>(f, outs);
-      D::execute(*prog, f, facts.extents, *rt_);
-      cpu::copy_repeated_outputs<Prog>(outs);
-      return detail::shape_result<WithValue>(std::move(outs));
-    }
+    auto outs = pipeline::run<backends::cpu_backend, Prog, typename P::outputs>(
+        st_, f, P::inputs, "compiled gradient", [&](const auto& shapes, const auto& o) {
+          if constexpr (!P::all_static) {
+            b.constants(detail::call_shapes<Prog, std::decay_t<decltype(shapes)>>{shapes});
+            P::check_gradient_extents(o, args...);
+          }
+        });
+    if (!outs)
+      throw invalid_argument("fusebox::compile(grad(...)) on dyn extents: the joint graph's kernels failed to compile or "
+                             "the recompile limit is reached (FUSEBOX_LOGS=recompiles,kernels says which)");
+    return detail::shape_result<WithValue>(std::move(*outs));
   }
 
-  /// The CUDA backend: the joint graph through the run-time path with CUDA kernels and cuBLASLt,
-  /// as compile() runs a model on device tensors. Arguments are device tensors; the lifted numbers
-  /// (the loss's constants, the rules' constants, the seed) live in a small device buffer that is
-  /// uploaded only when they change. A tensor the loss captures (instead of taking it as an
-  /// argument) is host memory: refused.
+  /// The CUDA backend: the joint graph through the same pipeline with CUDA kernels and cuBLASLt.
+  /// Arguments are device tensors; the lifted numbers (the loss's constants, the rules' constants,
+  /// the seed) live in a small device buffer that is uploaded only when they change. A tensor the
+  /// loss captures (instead of taking it as an argument) is host memory: refused.
   template <class... Args>
   auto call_cuda(const Args&... args) {
     static_assert(((!is_tensor_v<Args>) && ...),
@@ -485,7 +485,7 @@ class compiled_grad {
     using P = detail::plan_of<F, Wrt, detail::host_type_t<Args>...>;
     using Prog = typename program_for<Args...>::program;
     using T = typename P::T;
-    using D = jit::dynamic_function<Prog, jit::cuda_target>;
+    if constexpr (!P::all_static) static_assert(static_check::dyn_memory_budget<Budget, Budget == 1.0f>::value);
     const auto loss = detail::capture(g_.function(), args...);
     detail::bound_call<P> b(loss, args...);  // the lifted numbers, on the host
     fusebox::detail::bound_inputs<T, P::inputs> in{};
@@ -495,50 +495,45 @@ class compiled_grad {
        ++a;
      }()),
      ...);
-    // With dyn extents the rules' constants depend on the call's extents (mean's 1 / n).
-    std::vector<dims> extents;
-    if constexpr (!P::all_static) {
-      static_assert(static_check::dyn_memory_budget<Budget, Budget == 1.0f>::value);
-      for (std::size_t k = 0; k < P::inputs; ++k) extents.push_back(k < P::arguments ? in.views[k].shape : b.in.views[k].shape);
-      const auto shapes = jit::specialise(Prog::graph::nodes, extents);
-      b.constants(detail::call_shapes<Prog, std::decay_t<decltype(shapes)>>{shapes});
-    }
-    std::vector<std::byte> numbers(P::inputs * sizeof(T));
-    for (std::size_t k = P::arguments; k < P::inputs; ++k) {
+    for (std::size_t k = P::arguments; k < P::inputs; ++k)
       if (b.in.views[k].data != &b.values[k])
         throw invalid_argument("fusebox::grad on the CUDA backend: the loss captures a tensor (lifted input " +
                                std::to_string(k) + ", " + to_string(b.in.views[k].shape) +
                                ") instead of taking it as an argument; captured tensors are host memory. Fix: pass "
                                "it as a device tensor argument");
-      std::memcpy(numbers.data() + k * sizeof(T), &b.values[k], sizeof(T));
-    }
-    if (!numbers_ || numbers != uploaded_) {
-      if (!numbers_) numbers_ = std::make_unique<cuda::device_buffer>(P::inputs * sizeof(T));
-      cuda::work_stream().sync();  // queued calls may still read the old numbers
-      cuda::copy_to_device(numbers_->get(), numbers.data(), numbers.size());
-      uploaded_ = numbers;
-    }
+    if (!numbers_) numbers_ = std::make_unique<cuda::device_buffer>(P::inputs * sizeof(T));
     const T* device_numbers = reinterpret_cast<const T*>(static_cast<std::uintptr_t>(numbers_->get()));
     for (std::size_t k = P::arguments; k < P::inputs; ++k) in.views[k] = strided<const T>{device_numbers + k, dims{}, {}};
 
     typename Prog::frame_t f;
     const std::tuple<input_leaf<0, T, shape<>>> no_payloads{};  // the joint graph holds none
     cpu::bind_inputs<Prog>(f, no_payloads, in);
-    D& dynamic = dynamic_for<D>();
-    const jit::call_facts facts = D::facts(f, P::inputs);
-    const auto prog = dynamic.select(facts, opts_, {}, "compiled gradient (CUDA)");
-    if (!prog)
+    using Outs = typename device_outputs<typename P::outputs>::type;
+    auto outs = pipeline::run<backends::cuda_backend, Prog, Outs, /*StaticKernels=*/false>(
+        st_, f, P::inputs, "compiled gradient (CUDA)", [&](const auto& shapes, const auto& o) {
+          // With dyn extents the rules' constants depend on the call's extents (mean's 1 / n).
+          if constexpr (!P::all_static) {
+            b.constants(detail::call_shapes<Prog, std::decay_t<decltype(shapes)>>{shapes});
+            P::check_gradient_extents(o, args...);
+          }
+          upload_numbers<P>(b);
+        });
+    if (!outs)
       throw invalid_argument("fusebox::grad on the CUDA backend: the joint graph's CUDA code failed to compile or the "
                              "recompile limit is reached (FUSEBOX_LOGS=recompiles,kernels says which)");
-    using Outs = typename device_outputs<typename P::outputs>::type;
-    Outs outs = [&] {
-      if constexpr (P::all_static) return Outs{};  // each allocated at its static extents
-      else return detail::outputs_at<Outs, Prog>(jit::specialise(Prog::graph::nodes, facts.extents));
-    }();
-    if constexpr (!P::all_static) P::check_gradient_extents(outs, args...);
-    cpu::bind_outputs<Prog>(f, outs);
-    fusebox::detail::run_cuda_program<D>(*prog, f, facts, cuda_rt_, opts_, true);
-    return detail::shape_result<WithValue>(std::move(outs));
+    return detail::shape_result<WithValue>(std::move(*outs));
+  }
+
+  /// The lifted numbers to the device buffer the frame reads them from, when they changed.
+  template <class P>
+  void upload_numbers(const detail::bound_call<P>& b) {
+    using T = typename P::T;
+    std::vector<std::byte> numbers(P::inputs * sizeof(T));
+    for (std::size_t k = P::arguments; k < P::inputs; ++k) std::memcpy(numbers.data() + k * sizeof(T), &b.values[k], sizeof(T));
+    if (numbers == uploaded_) return;
+    cuda::work_stream().sync();  // queued calls may still read the old numbers
+    cuda::copy_to_device(numbers_->get(), numbers.data(), numbers.size());
+    uploaded_ = std::move(numbers);
   }
 
   /// Host output tuple -> the same shapes as device tensors.
@@ -549,22 +544,8 @@ class compiled_grad {
     using type = std::tuple<cuda::tensor<typename H::value_type, typename H::shape_type>...>;
   };
 
-  /// The run-time path's state of one joint graph type and target (CPU with dyn extents, CUDA).
-  template <class D>
-  D& dynamic_for() {
-    const void* tag = &meta::type_tag<D>;
-    for (auto& [t, d] : dynamic_state_)
-      if (t == tag) return *static_cast<D*>(d.get());
-    auto d = std::make_shared<D>();
-    dynamic_state_.emplace_back(tag, d);
-    return *d;
-  }
-
   grad_fn<F, Wrt, WithValue> g_;
-  options opts_;
-  std::unique_ptr<cpu::runtime> rt_ = std::make_unique<cpu::runtime>();
-  std::vector<std::pair<const void*, std::shared_ptr<void>>> dynamic_state_;
-  std::unique_ptr<jit::cuda_runtime> cuda_rt_;
+  pipeline::function_state st_;
   std::unique_ptr<cuda::device_buffer> numbers_;  // lifted numbers on the device
   std::vector<std::byte> uploaded_;               // what numbers_ holds
 };

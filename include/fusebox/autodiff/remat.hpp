@@ -56,7 +56,7 @@ struct memory_report {
 };
 
 inline std::string memory_report::table() const {
-  using cpu::detail::human_bytes;
+  using plan::detail::human_bytes;
   auto row = [](const char* what, const std::string& now, const std::string& full) {
     std::string s = std::string("  ") + what;
     s.resize(30, ' ');

@@ -499,7 +499,7 @@ struct cuda_program {
   void launch(const cpu::frame<T, N>& f, const plan::plan_t<N>& p, const std::array<ir::node, N>& concrete, int k,
               const plan::kernel& kn, const cuda::device_info& dev, cuda::CUstream on, bool tune = false,
               bool may_time = false) const {
-    dims space = host::space_for(p, concrete, kn);
+    dims space = plan::kernel_space(p, concrete, kn);
     if (space.size() == 0) return;
     if (space.rank == 0) space = dims{1, {1}};  // one element, as jit/codegen_cuda.hpp renders it
     const rendered_cuda_kernel& rk = kernels[k];

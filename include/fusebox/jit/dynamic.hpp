@@ -29,6 +29,7 @@
 #include "fusebox/jit/program.hpp"
 #include "fusebox/jit/specialize.hpp"
 #include "fusebox/options.hpp"
+#include "fusebox/plan/report.hpp"
 
 namespace fusebox::jit {
 
@@ -44,6 +45,11 @@ inline constexpr std::size_t fast_path_signatures = 8;
 template <class Prog, class Target = cpu_target>
 class dynamic_function {
   using T = typename Prog::value_type;
+
+ public:
+  using prog_type = Prog;
+
+ private:
   static constexpr std::size_t N = Prog::N;
   static constexpr bool on_cuda = std::is_same_v<Target, cuda_target>;
 
@@ -128,15 +134,15 @@ class dynamic_function {
     p.run(g, concrete, rt, [&f, &p](int id, cpu::frame<T, NB>& gf) { bind_break(p, f, id, gf); });
   }
 
-  /// mode::reduce_overhead: what a call signature needs after select(), kept for the signature
-  /// (every fact a guard reads, compared exactly: extents, inner strides, alignment, the
-  /// payloads' equality pattern), so a repeat skips the guards, the hint checks, the lock's
-  /// search and both specialisations.
+  /// What a call runs: the program select() chose and the call's node shapes, made once per call
+  /// (the outputs are allocated at them and the runner reads them). mode::reduce_overhead keeps it
+  /// per call signature (every fact a guard reads, compared exactly: extents, inner strides,
+  /// alignment, the payloads' equality pattern), so a repeat skips the guards, the hint checks, the
+  /// lock's search and the specialisation.
   struct fast_entry {
     call_facts facts;
     std::shared_ptr<const program_t> prog;
     std::array<ir::node, NB> concrete;  ///< specialise(prog->graph, extents)
-    std::array<ir::node, N> shapes;     ///< specialise(Prog::graph::nodes, extents): output shapes
   };
   static constexpr std::size_t fast_entries = fast_path_signatures;
 
@@ -147,17 +153,19 @@ class dynamic_function {
       if (e && same_signature(e->facts, c)) return e;
     return nullptr;
   }
-  /// Keeps `prog` for this signature (the least recently added of fast_entries goes).
-  std::shared_ptr<const fast_entry> remember(const call_facts& c, std::shared_ptr<const program_t> prog) {
-    auto e = std::make_shared<fast_entry>();
-    e->facts = c;
-    e->prog = std::move(prog);
-    e->concrete = specialise(e->prog->graph, c.extents);
-    e->shapes = specialise(Prog::graph::nodes, c.extents);
+  /// A call of `prog`: its node shapes at the call's extents.
+  static fast_entry entry_for(call_facts c, std::shared_ptr<const program_t> prog) {
+    fast_entry e{std::move(c), std::move(prog), {}};
+    e.concrete = specialise(e.prog->graph, e.facts.extents);
+    return e;
+  }
+  /// Keeps entry `e` for its signature (the least recently added of fast_entries goes).
+  std::shared_ptr<const fast_entry> remember(fast_entry e) {
+    auto kept = std::make_shared<const fast_entry>(std::move(e));
     std::lock_guard lock(mutex_);
     for (std::size_t i = fast_entries - 1; i > 0; --i) fast_[i] = std::move(fast_[i - 1]);
-    fast_[0] = e;
-    return e;
+    fast_[0] = kept;
+    return kept;
   }
   static bool same_signature(const call_facts& a, const call_facts& b) {
     return a.extents == b.extents && a.unit_inner == b.unit_inner && a.aligned == b.aligned &&
@@ -378,40 +386,6 @@ class dynamic_function {
     return e.prog;
   }
 
-  /// The plan of program p in words: each kernel, generated or on the host, with its ops, and the
-  /// symbolic extents it serves.
-  static std::string describe(const program_t& p, unsigned threads) {
-    std::string s;
-    for (int k = 0; k < p.plan.n_kernels; ++k) {
-      const plan::kernel& kn = p.plan.kernels[k];
-      std::string ops;
-      for (std::size_t i = 0; i < NB; ++i)
-        if (kn.group >= 0 && p.plan.group[i] == kn.group) ops += std::string(ops.empty() ? "" : ", ") + p.nodes[i].desc.name;
-      s += "  kernel " + std::to_string(k) + " [" + plan::name(kn.kind) + "] ";
-      if (kn.kind == plan::kernel_kind::matmul)
-        s += "gemm " + to_string(p.nodes[p.nodes[kn.node].inputs[0]].desc.shape) + " x " +
-             to_string(p.nodes[p.nodes[kn.node].inputs[1]].desc.shape) + " on the host" +
-             (ops.empty() ? "" : ", generated epilogue(" + ops + ")");
-      else if (kn.kind == plan::kernel_kind::spatial)
-        s += std::string(p.nodes[kn.node].desc.name) + " " + to_string(p.nodes[p.nodes[kn.node].inputs[0]].desc.shape) +
-             " -> " + to_string(p.nodes[kn.node].desc.shape) + " on the host" +
-             (ops.empty() ? "" : ", generated epilogue(" + ops + ")");
-      else if (kn.kind == plan::kernel_kind::opaque) s += "opaque (user function: graph break), on the host";
-      else if (kn.kind == plan::kernel_kind::gather)
-        s += std::string(p.nodes[kn.node].desc.name) + " " + to_string(p.nodes[p.nodes[kn.node].inputs[0]].desc.shape) +
-             " by ids " + to_string(p.nodes[p.nodes[kn.node].inputs[1]].desc.shape) + " -> " +
-             to_string(p.nodes[kn.node].desc.shape) + " on the host";
-      else if (kn.kind == plan::kernel_kind::copy) s += "copy, on the host";
-      else if (kn.kind == plan::kernel_kind::attention)
-        s += std::string(p.nodes[kn.node].desc.causal ? "causal " : "") + "attention " +
-             to_string(p.nodes[p.nodes[kn.node].inputs[0]].desc.shape) + " x " +
-             to_string(p.nodes[p.nodes[kn.node].inputs[1]].desc.shape) + ", online softmax, on the host";
-      else s += "generated: " + p.kernels[k].summary + "; ops " + ops;
-      s += "; threads " + std::to_string(threads) + "\n";
-    }
-    return s;
-  }
-
   int recompiles() const { return recompiles_; }
   std::size_t specialisations() const { return entries_.size(); }
   std::vector<guard> guards() const {
@@ -474,6 +448,8 @@ class dynamic_function {
       }
     }
     p.sched = schedule::make_schedule(p.nodes, p.plan, p.unit_inner, P::caps);
+    if constexpr (!on_cuda)
+      for (int k = 0; k < p.plan.n_kernels; ++k) p.kernel_names[k] = plan::kernel_ops(p.nodes, p.plan, k);
   }
 
   static bool generated(const plan::kernel& kn) {

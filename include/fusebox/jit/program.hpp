@@ -22,6 +22,7 @@
 #include "fusebox/cpu/spatial.hpp"
 #include "fusebox/jit/kernel_abi.hpp"
 #include "fusebox/ops/layout.hpp"
+#include "fusebox/plan/at_extents.hpp"
 #include "fusebox/plan/planner.hpp"
 #include "fusebox/profile.hpp"
 #include "fusebox/schedule/schedule.hpp"
@@ -47,6 +48,9 @@ struct program {
   schedule::schedule_t<N> sched{};
   static constexpr schedule::backend_caps caps = schedule::cpu_caps;
   std::array<kernel_binary, N + 1> kernels{};
+  /// Each kernel's fused ops, as explain() lists them: its profile span's name (the generated
+  /// kernel's summary is the span's detail).
+  std::array<std::string, N + 1> kernel_names{};
   std::string key;  ///< canonical text of the specialisation, for logs
 
   /// One call. `f` has inputs, payloads and outputs bound (cpu::bind_inputs / outputs), `concrete`
@@ -85,7 +89,7 @@ struct program {
     f.workspace_bytes = rt.workspace.size();
     for (int k = 0; k < p.n_kernels; ++k) {
       const plan::kernel& kn = p.kernels[k];
-      profile::scoped_span span(kernels[k].summary.empty() ? plan::name(kn.kind) : kernels[k].summary, "kernel");
+      profile::scoped_span span(kernel_names[k], "kernel", kernels[k].summary);
       switch (kn.kind) {
         case plan::kernel_kind::rows: run_rows(f, concrete, k, kn, scratch_stride, *rt.pool); break;
         case plan::kernel_kind::reduce_cols: run_cols(f, concrete, k, kn, *rt.pool); break;
@@ -166,18 +170,6 @@ struct program {
     }
   }
 
-  /// The index space a generated kernel runs over, at the call's extents.
-  static dims space_for(const plan::plan_t<N>& p, const std::array<ir::node, N>& concrete, const plan::kernel& kn) {
-    if (kn.kind == plan::kernel_kind::reduce_cols) return concrete[concrete[kn.node].inputs[0]].desc.shape;
-    if (kn.kind == plan::kernel_kind::matmul || kn.kind == plan::kernel_kind::spatial) return concrete[kn.node].desc.shape;
-    for (std::size_t i = 0; i < N; ++i)
-      if (p.group[i] == kn.group) {
-        if (concrete[i].desc.kind == node_kind::reduce) return concrete[concrete[i].inputs[0]].desc.shape;
-        if (!p.row_constant[i]) return concrete[i].desc.shape;
-      }
-    return kn.space;
-  }
-
   /// {batch, M, N, K} of matmul node m at the call's extents.
   /// batch, M, N, K of matmul node m for the call's extents; a K that differs between the
   /// operands (possible only through views of `dyn` inputs, unchecked at capture) is an error.
@@ -217,7 +209,7 @@ struct program {
     b.ptr.assign(m, nullptr);
     b.stride.assign(m * abi_max_rank, 0);
     b.scalar.assign(m, 0.0);
-    b.space = space_for(p, concrete, kn);
+    b.space = plan::kernel_space(p, concrete, kn);
     for (std::size_t l = 0; l < m; ++l) {
       const int g = bin.locals[l];
       const ir::node& n = nodes[g];
