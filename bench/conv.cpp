@@ -8,9 +8,9 @@
 // compile(value_and_grad(...)), libtorch autograd). fusebox runs the block as two kernels (conv with
 // bias + relu as its epilogue, then the pool); the training step's plan is printed with --explain.
 // Then T2_conv2's three convolution kernels alone through cpu::run_spatial (no epilogue), direct
-// (cpu/conv.hpp) and Winograd (cpu/winograd.hpp) in the same run; their max rel diff column is
+// (backend/cpu/conv.hpp) and Winograd (backend/cpu/winograd.hpp) in the same run; their max rel diff column is
 // Winograd's result against direct's. The blocks above use whatever FUSEBOX_CONV_WINOGRAD says.
-// Then T2's first max pooling and its backward alone (cpu/max_pool_2x2.hpp), against a copy of
+// Then T2's first max pooling and its backward alone (backend/cpu/max_pool_2x2.hpp), against a copy of
 // the same bytes in the same run.
 //   bench_conv [--threads=1,2] [--out=results.jsonl] [--explain]
 // Prints one JSON object per measurement (bench/harness.hpp), then a table.

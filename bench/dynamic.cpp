@@ -21,6 +21,10 @@
 //                                       run-time path's time per call and the static path's on the
 //                                       same shapes; build it against old and new headers and
 //                                       alternate the binaries
+//   dynamic --call [--threads N]        the host's time per call of a small model (static, dyn
+//                                       default, dyn reduce_overhead, a dyn value_and_grad): the
+//                                       entry point and the call pipeline; alternate old and new
+//                                       binaries
 //   dynamic --warm-child W CACHE        (internal) the fresh process of the warm-start measurement
 //   dynamic --regional-child V CACHE    (internal) cold first result of variant V (1, 12 or 2g)
 #include <chrono>
@@ -340,6 +344,39 @@ int schedule_changes(unsigned threads) {
   return 0;
 }
 
+/// --call (issue 21): the host's time per call of small models, where a call is mostly the entry
+/// point and the pipeline below it (capture, bind, select, the call's shapes, outputs, run):
+/// static extents, a dyn batch in the default mode (guards and one specialisation per call) and in
+/// reduce_overhead (a repeat skips both), and a compiled value_and_grad on a dyn batch. Timed in
+/// interleaved rounds in one process; build it against old and new headers and alternate the
+/// binaries.
+int call_overhead(unsigned threads) {
+  fb::jit::temp_directory cache(fb::jit::detail::temp_root(), "fusebox-bench-call-");
+  ::setenv("FUSEBOX_CACHE_DIR", cache.path().c_str(), 1);
+  auto small = [](const auto& x, const auto& w, const auto& b) { return fb::softmax(fb::matmul(x, w) + b); };
+  auto loss = [](const auto& x, const auto& w, const auto& b) { return fb::mean(fb::relu(fb::matmul(x, w) + b)); };
+  mat<32, 16> w;
+  vec<16> b;
+  mat<8, 32> xs;
+  dmat<32> xd(8);
+  w.fill_random(2), b.fill_random(3), xs.fill_random(1), xd.fill_random(1);
+  auto plain = fb::compile(small, fb::options{.threads = threads});
+  auto fast = fb::compile(small, fb::options{.mode = fb::mode::reduce_overhead, .threads = threads});
+  auto vg = fb::compile(fb::value_and_grad(loss, fb::wrt<1, 2>), fb::options{.threads = threads});
+  (void)plain(xs, w, b), (void)plain(xd, w, b), (void)fast(xd, w, b), (void)vg(xd, w, b);
+  bench::interleave_config cfg;
+  cfg.min_iters = 2000;
+  const auto t = bench::measure_interleaved({{nullptr, [&] { (void)plain(xs, w, b); }},
+                                             {nullptr, [&] { (void)plain(xd, w, b); }},
+                                             {nullptr, [&] { (void)fast(xd, w, b); }},
+                                             {nullptr, [&] { (void)vg(xd, w, b); }}},
+                                            cfg);
+  std::printf("softmax(x w + b) [8,32]x[32,16] per call: static %.2f us  dyn default %.2f us  dyn reduce_overhead "
+              "%.2f us;  value_and_grad(mean(relu(x w + b))) dyn %.2f us\n",
+              t[0].median_us, t[1].median_us, t[2].median_us, t[3].median_us);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc == 4 && std::string(argv[1]) == "--warm-child") {
     ::setenv("FUSEBOX_CACHE_DIR", argv[3], 1);
@@ -355,6 +392,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--modes") return modes(threads);
     if (std::string(argv[i]) == "--schedule") return schedule_changes(threads);
+    if (std::string(argv[i]) == "--call") return call_overhead(threads);
   }
   fb::jit::temp_directory cache(fb::jit::detail::temp_root(), "fusebox-bench-cache-");
   ::setenv("FUSEBOX_CACHE_DIR", cache.path().c_str(), 1);

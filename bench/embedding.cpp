@@ -1,4 +1,4 @@
-// bench/embedding.cpp: embedding()'s host kernels (cpu/gather.hpp) at GPT-2's token table: weight
+// bench/embedding.cpp: embedding()'s host kernels (backend/cpu/gather.hpp) at GPT-2's token table: weight
 // [50257, 768] float, ids [8, 256] (W4's batch), random ids. Forward (check the ids, copy 2048
 // rows) and the weight's gradient (check, counting sort, zero [V, D], add 2048 rows), best of 7, on
 // 1 and 2 threads. Not registered in bench/CMakeLists.txt; build by hand:

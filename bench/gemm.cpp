@@ -12,8 +12,8 @@
 // Build: g++ -std=c++20 -O3 -march=native -I include bench/gemm.cpp
 //          -I/usr/include/x86_64-linux-gnu/openblas-pthread -lopenblas -pthread -o bench_gemm
 // Run:   ./bench_gemm [--quick | --limits]
-#include <fusebox/cpu/gemm.hpp>
-#include <fusebox/cpu/thread_pool.hpp>
+#include <fusebox/backend/cpu/gemm.hpp>
+#include <fusebox/backend/cpu/thread_pool.hpp>
 
 #include <cblas.h>
 

@@ -546,7 +546,7 @@ void run_w4(const limits& lim, fb::mode mode, bool quick, bool regional) {
   r.floor_us = bytes / (lim.gbps * 1e9) * 1e6;
   r.compile_s = first;
   r.max_rel_err = rel_err(got, ref);
-  // max_autotune times cuDNN's fused attention against fusebox's kernel (jit/cuda_attention_choice.hpp).
+  // max_autotune times cuDNN's fused attention against fusebox's kernel (backend/cuda/attention_choice.hpp).
   const bool cudnn_attention = fb::jit::attention_chooser::instance().cudnn_chosen() > cudnn0 ||
                                (mode == fb::mode::max_autotune && w4_attention_was_cudnn);
   if (mode == fb::mode::max_autotune) w4_attention_was_cudnn = cudnn_attention;

@@ -1,4 +1,4 @@
-// Micro-benchmark of fusebox/cpu/vmath.hpp against xsimd's own functions and Eigen 3.4's
+// Micro-benchmark of fusebox/backend/cpu/vmath.hpp against xsimd's own functions and Eigen 3.4's
 // vectorised ones: 16M floats, one thread, median of 20 runs after 3 warm-ups, in one process.
 //
 // Build: g++ -std=c++20 -O3 -march=native -DNDEBUG -Iinclude -I/usr/include/eigen3 bench/vmath.cpp
@@ -13,7 +13,7 @@
 //
 // Output: one JSON object per measurement, then a table of times and ratios. Without Eigen on the
 // include path (CMake: link Eigen3::Eigen) the Eigen rows are skipped.
-#include <fusebox/cpu/vmath.hpp>
+#include <fusebox/backend/cpu/vmath.hpp>
 
 #include <xsimd/xsimd.hpp>
 

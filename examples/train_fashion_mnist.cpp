@@ -28,7 +28,7 @@
 // is uploaded once and run through a compiled eval forward on the device; the [500, 10] logits are
 // downloaded and their argmax taken on the host. Each step reads its loss back (as the CPU loop
 // does), which waits for the step. conv2d, pooling and their gradients run on the GPU too
-// (jit/cuda_spatial.hpp); should T2's device step still fail on its probe call (a zero batch,
+// (backend/cuda/spatial_kernels.hpp); should T2's device step still fail on its probe call (a zero batch,
 // before training), the example says why and trains on the CPU. JSON lines gain "device", "gpu"
 // and "samples_per_s".
 //
@@ -49,12 +49,12 @@
 #include <tuple>
 #include <vector>
 
+#include <fusebox/backend/cuda/uploader.hpp>
 #include <fusebox/data/fashion_mnist.hpp>
 #include <fusebox/data/loader.hpp>
 #include <fusebox/data/progress.hpp>
 #include <fusebox/fusebox.hpp>
 #include <fusebox/nn/nn.hpp>
-#include <fusebox/cuda/uploader.hpp>
 #include <fusebox/optim/cuda_adamw.hpp>
 
 #include "fashion_cnn.hpp"

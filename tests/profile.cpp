@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "fusebox/fusebox.hpp"
-#include "fusebox/jit/posix.hpp"
 #include "fusebox/profile.hpp"
+#include "fusebox/runtime/posix.hpp"
 
 #include "support/child.hpp"
 

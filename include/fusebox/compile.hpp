@@ -11,7 +11,7 @@
 // The entry point's part of a call: choose the back end (the arguments' kind and
 // options::backend), rollback, capture, bind the inputs; the rest is pipeline/call.hpp's, shared
 // with compiled gradients and explain().
-// Depends on: pipeline/call.hpp, cpu/, ops/, options.hpp, graph_break.hpp.
+// Depends on: pipeline/call.hpp, backend/cpu/, ops/, options.hpp, graph_break.hpp.
 #pragma once
 
 #include <algorithm>
@@ -23,11 +23,11 @@
 #include <utility>
 #include <vector>
 
-#include "fusebox/cpu/evaluate.hpp"
-#include "fusebox/cuda/tensor.hpp"
-#include "fusebox/cpu/invoke.hpp"
+#include "fusebox/backend/cpu/evaluate.hpp"
+#include "fusebox/backend/cpu/invoke.hpp"
+#include "fusebox/backend/cpu/winner_store.hpp"
+#include "fusebox/backend/cuda/tensor.hpp"
 #include "fusebox/graph_break.hpp"
-#include "fusebox/jit/cpu_autotune.hpp"
 #include "fusebox/options.hpp"
 #include "fusebox/pipeline/call.hpp"
 
@@ -229,7 +229,7 @@ class compiled {
     return *this;
   }
 
-  /// mode::reduce_overhead records one CUDA graph per call signature (jit/cuda_graphs.hpp). With
+  /// mode::reduce_overhead records one CUDA graph per call signature (backend/cuda/graph_cache.hpp). With
   /// this rule, only calls whose argument `arg` has dimension `dim` in `sizes` are recorded (the
   /// batch sizes a server sees most); others run as in the default mode. Rules add up: a call is
   /// recorded when it passes every rule.
@@ -277,7 +277,7 @@ class compiled {
 
   bool eager_only() const { return rollback_active() || !enabled(); }
 
-  /// max_autotune on the host: the kernels of this call take timed choices (cpu/autotune.hpp),
+  /// max_autotune on the host: the kernels of this call take timed choices (backend/cpu/autotune.hpp),
   /// persisted in the cache directory; other modes leave tuning off.
   cpu::autotune::scope autotune_scope() const {
     const bool on = st_.opts.mode == mode::max_autotune;

@@ -6,7 +6,7 @@
 // Under fullgraph both are errors: a build error when fullgraph is a template argument of compile,
 // a fusebox::graph_break exception naming the line otherwise.
 // FUSEBOX_LOGS=graph_breaks logs each break site, with its source line, once per process.
-// Depends on: ops/capture.hpp, cpu/report.hpp, jit/logs.hpp.
+// Depends on: ops/capture.hpp, backend/cpu/report.hpp, runtime/logs.hpp.
 #pragma once
 
 #include <functional>
@@ -17,9 +17,9 @@
 #include <string_view>
 #include <type_traits>
 
-#include "fusebox/cpu/report.hpp"
-#include "fusebox/jit/logs.hpp"
+#include "fusebox/backend/cpu/report.hpp"
 #include "fusebox/ops/capture.hpp"
+#include "fusebox/runtime/logs.hpp"
 
 namespace fusebox {
 

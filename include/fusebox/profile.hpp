@@ -260,8 +260,8 @@ inline const std::string*& pending_kernel_name() noexcept {
 }  // namespace detail
 
 /// Names the next span of category "kernel" that this thread opens while the scope lives: the
-/// static executor (cpu/executor.hpp) names its spans by kernel kind ("rows", "matmul"); the caller
-/// that runs it (cpu/invoke.hpp) knows the kernel's fused ops and names the span by them, as
+/// static executor (backend/cpu/executor.hpp) names its spans by kernel kind ("rows", "matmul"); the caller
+/// that runs it (backend/cpu/invoke.hpp) knows the kernel's fused ops and names the span by them, as
 /// explain() lists them. The executor's name goes into the span's detail. One span takes the name
 /// (kernels run inside an opaque() user function keep theirs).
 class kernel_name_scope {
@@ -326,7 +326,7 @@ class scoped_span {
   std::string name_, category_, detail_;
 };
 
-/// The span of the JIT's one-off build of its precompiled kernel prelude (jit/kernel_store.hpp):
+/// The span of the JIT's one-off build of its precompiled kernel prelude (runtime/kernel_store.hpp):
 /// seconds once per cache directory and compiler, which would otherwise show as an unexplained gap
 /// before the first kernels compile. `where` is the precompiled header's path.
 inline constexpr std::string_view prelude_build_name = "precompiled prelude build";

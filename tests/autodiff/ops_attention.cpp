@@ -1,5 +1,5 @@
 // tests/autodiff/ops_attention.cpp: the derivatives of attention() (ops/attention.hpp: its two
-// gradient kernels, cpu/attention.hpp) and of slice (ops/layout.hpp: a zero-padded gradient),
+// gradient kernels, backend/cpu/attention.hpp) and of slice (ops/layout.hpp: a zero-padded gradient),
 // through value_and_grad eager and compiled, against central finite differences in double on every
 // element (tests/autodiff/check_grad.hpp): causal and not, more keys than queries, a value head dim
 // other than the query's (two gradient kernels) and equal (one), strided operands (q, k, v sliced from one packed projection, so one
@@ -46,7 +46,7 @@ TEST_CASE("autodiff: attention's derivative matches central differences (causal 
              [](const auto& a, const auto& b, const auto& c, const auto& r) { return total(fb::attention(a, b, c) * r); },
              fb::wrt<0, 1, 2>, qc, kc, ve, signed_tensor<fb::shape<2, 4, 2, 3>>(7118));
   // A head dim that is a multiple of the vector width, 6 tokens: the register-blocked kernel (four
-  // keys at a time: a full block and a block of two; cpu/attention.hpp), causal and not.
+  // keys at a time: a full block and a block of two; backend/cpu/attention.hpp), causal and not.
   const auto q8 = signed_tensor<fb::shape<1, 6, 2, 8>>(7121, 0.05, 0.6);
   const auto k8 = signed_tensor<fb::shape<1, 6, 2, 8>>(7122, 0.05, 0.6);
   const auto v8 = signed_tensor<fb::shape<1, 6, 2, 8>>(7123, 0.1, 1.5);

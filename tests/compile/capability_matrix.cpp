@@ -3,14 +3,14 @@
 // as a named cell rather than as an absence nobody notices:
 //
 //   static CPU     host tensors, every extent static: the program planned while this unit was
-//                  compiled (cpu/executor.hpp)
+//                  compiled (backend/cpu/executor.hpp)
 //   run-time CPU   host tensors with a dyn extent: the run-time path, kernels generated and built
-//                  by the host compiler per specialisation (jit/dynamic.hpp)
+//                  by the host compiler per specialisation (pipeline/dynamic_function.hpp)
 //   static CUDA    cuda::tensor arguments of static shapes
 //   run-time CUDA  cuda::tensor arguments with a dyn extent
 //
 // Both CUDA columns run through the run-time NVRTC path here: this is not an nvcc translation unit,
-// so compile.hpp's static CUDA path (cuda/static_kernels.cuh, tested by tests/cuda/static_nvcc.cu)
+// so compile.hpp's static CUDA path (backend/cuda/static_kernels.cuh, tested by tests/cuda/static_nvcc.cu)
 // is not compiled in, and static extents are baked into the NVRTC source like known dyn ones.
 //
 // The CUDA cells are tagged [cuda]. Without a GPU each one says it is skipped; where something can
@@ -294,7 +294,7 @@ std::vector<double> softmax_rows(const X& x, double scale) {
 
 /// softmax(x/2 w): softmax copies its operand into each of its passes, and the copies hold the
 /// scalar 0.5, so the build-time lowering keeps four products; equal at the call, value numbering
-/// merges them into one (jit/merge.hpp). Row 4 on CUDA (where opaque() is refused, row 3).
+/// merges them into one (ir/merge.hpp). Row 4 on CUDA (where opaque() is refused, row 3).
 const auto softmax_product = [](const auto& x, const auto& w) { return fb::softmax(fb::matmul(x * 0.5f, w)); };
 
 /// relu(x) * y + 0.5 over [batch, 64, 4, 4]: every operand walks the four dimensions as one, so
@@ -595,7 +595,7 @@ TEST_CASE("capability matrix, row 3: graph breaks and fullgraph (CPU)", "[compil
 TEST_CASE("capability matrix, row 3: a graph break is refused by the CUDA backend, by name (CUDA)",
           "[compile][matrix][cuda]") {
   cache();
-  // GAP: the CUDA backend runs whole graphs only (jit/dynamic.hpp run_breaks, jit/cuda_program.hpp):
+  // GAP: the CUDA backend runs whole graphs only (pipeline/dynamic_function.hpp run_breaks, backend/cuda/generated_program.hpp):
   // a model with opaque() or item() cannot run there; the cell checks that the refusal says so.
   auto cell = [&](const auto& x) {
     MATRIX_REQUIRE_GPU();

@@ -8,7 +8,7 @@
 // Every model is checked three ways: compiled against eager (run on dyn copies of the inputs, the
 // op-by-op path), and both against the same model run eagerly in double on the same values (the
 // reference). Compiled results must be bitwise identical for 1, 2 and 4 threads: each row is
-// computed by one thread and gemm never splits K (cpu/executor.hpp, cpu/gemm.hpp).
+// computed by one thread and gemm never splits K (backend/cpu/executor.hpp, backend/cpu/gemm.hpp).
 // Norm-wise tolerance (max |a - b| / max |b|): 2e-6 for float against the double reference, 1e-6
 // between float paths. The double run shares the ops' code with the paths under test, so it finds
 // fusion and scheduling errors, not op errors: those are tested against independent references in

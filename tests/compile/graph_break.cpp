@@ -21,7 +21,7 @@
 #include <catch2/catch.hpp>
 
 #include <fusebox/fusebox.hpp>
-#include <fusebox/jit/posix.hpp>
+#include <fusebox/runtime/posix.hpp>
 
 #include "../support/check.hpp"
 #include "../support/child.hpp"
@@ -90,7 +90,7 @@ TEST_CASE("graph breaks: opaque() and item() give correct results", "[compile][g
 // ---- graph breaks on the run-time path: the extents a user function returns ----------------------
 // An opaque()'s result type may have dyn extents; the run-time path learns them by running the part
 // of the model before the break, then the function, and specialises the rest for what it returned
-// (jit/dynamic.hpp, run_breaks). Each model runs at two batch sizes in a row, then the first again.
+// (pipeline/dynamic_function.hpp, run_breaks). Each model runs at two batch sizes in a row, then the first again.
 
 namespace {
 
@@ -278,7 +278,7 @@ TEST_CASE("graph breaks on the run-time path: downstream kernels get the extents
 }
 
 // item() evaluates its operand during capture as one segment; on the run-time path that segment must
-// be one kernel (a multi-kernel one is a build error in cpu/evaluate.hpp), here a row sum.
+// be one kernel (a multi-kernel one is a build error in backend/cpu/evaluate.hpp), here a row sum.
 TEST_CASE("graph breaks on the run-time path: item() reads the value of each call", "[compile][graph_break][dyn]") {
   auto model = [](const auto& x, const auto& s) { return x / fb::item(fb::sum(s, fb::axis<0>)); };
   auto f = fb::compile(model);

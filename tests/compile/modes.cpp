@@ -1,5 +1,5 @@
-// tests/compile/modes.cpp: what options::mode does on the CPU (compile.hpp, cpu/autotune.hpp,
-// jit/cpu_autotune.hpp, jit/dynamic.hpp's fast path, explain.hpp).
+// tests/compile/modes.cpp: what options::mode does on the CPU (compile.hpp, backend/cpu/autotune.hpp,
+// backend/cpu/winner_store.hpp, pipeline/dynamic_function.hpp's fast path, explain.hpp).
 //   max_autotune  gemm and conv2d take timed choices, equal to the double reference (every
 //                 element) and to default mode; winners persist in the cache directory, so a
 //                 fresh in-memory state times nothing; default mode never tunes.
@@ -209,7 +209,7 @@ TEST_CASE("max_autotune: gemm and conv2d take timed choices, equal to the double
   CHECK(counts().autotune_timed == before.autotune_timed + 1);
   CHECK(log.count("winograd") >= 1);
   CHECK(log.count("direct") >= 1);
-  // Winograd's rounding bound (cpu/winograd.hpp: 64 eps * sum |products|), whichever wins.
+  // Winograd's rounding bound (backend/cpu/winograd.hpp: 64 eps * sum |products|), whichever wins.
   check_elements(y, ref, scale, 64 * 0x1p-23, "conv2d 5x5, max_autotune");
   const auto d = fb::compile(conv)(x, w);
   check_elements(d, ref, scale, 64 * 0x1p-23, "conv2d 5x5, default");

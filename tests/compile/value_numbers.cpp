@@ -1,5 +1,5 @@
 // tests/compile/value_numbers.cpp: a value computed once in the user's code is computed once per
-// compiled call (ir/value_numbers.hpp, plan step 5 in plan/planner.hpp, cpu/executor.hpp's
+// compiled call (ir/value_numbers.hpp, plan step 5 in plan/planner.hpp, backend/cpu/executor.hpp's
 // skippable kernels and row-group twins), and twins that hold different values stay apart.
 //
 // Laws: a user function whose result softmax copies four times runs once per call, on the static

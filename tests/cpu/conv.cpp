@@ -1,4 +1,4 @@
-// Tests for include/fusebox/cpu/conv.hpp's kernels, called through cpu/spatial.hpp's run_spatial
+// Tests for include/fusebox/backend/cpu/conv.hpp's kernels, called through backend/cpu/spatial.hpp's run_spatial
 // (the switch both executors use): the implicit-GEMM forward, the input gradient (packed wᵀ, then
 // col2im) and the weight gradient (the batch summed in the C tiles), each against a naive double
 // reference on fresh random inputs, every element; float and double (different MR / NR, so
@@ -6,7 +6,7 @@
 // multiple of NR, stride 2 with padding, non-contiguous x, g and w (the general packing paths),
 // unit strides without padding (the direct gather and col2im);
 // the forward epilogue called once for each output row run; results equal bit for bit on 1, 2
-// and 3 threads. The same checks for cpu/winograd.hpp's three kernels (float 5x5 at unit
+// and 3 threads. The same checks for backend/cpu/winograd.hpp's three kernels (float 5x5 at unit
 // stride), on shapes that qualify: T2's second layer, padding, tiles cut by the edge,
 // O and C not multiples of MR and NR, strided operands, a batch not a multiple of the chunks.
 //
@@ -16,7 +16,7 @@
 // bound (each result mixes 64 transformed products, with constants up to 5.25 and 16): its bound
 // is winograd_ulps * eps * sum|products|, measured below it on these cases (the worst element
 // is printed; a wrong index or a missed tile is off by whole products here too).
-#include <fusebox/cpu/spatial.hpp>
+#include <fusebox/backend/cpu/spatial.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -118,7 +118,7 @@ void check_close(const std::vector<T>& got, const std::vector<double>& want, con
   CHECK(bad == 0);
 }
 
-/// `winograd`: the forward and weight gradient must run by Winograd (cpu/winograd.hpp), checked
+/// `winograd`: the forward and weight gradient must run by Winograd (backend/cpu/winograd.hpp), checked
 /// against winograd_ulps; otherwise every kernel runs direct.
 template <class T>
 void check_case(const conv_case& k, std::uint64_t seed, bool winograd = false) {

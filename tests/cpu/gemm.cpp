@@ -1,6 +1,6 @@
-// Tests for include/fusebox/cpu/gemm.hpp: gemm against a double-precision reference, every
+// Tests for include/fusebox/backend/cpu/gemm.hpp: gemm against a double-precision reference, every
 // output element checked; batches, strides, epilogue, thread-count invariance, workspace errors.
-#include <fusebox/cpu/gemm.hpp>
+#include <fusebox/backend/cpu/gemm.hpp>
 
 #include <catch2/catch.hpp>
 

@@ -1,12 +1,12 @@
-// Tests for include/fusebox/cpu/pool.hpp's max_pool2d backward (cpu/max_pool_2x2.hpp's vector
+// Tests for include/fusebox/backend/cpu/pool.hpp's max_pool2d backward (backend/cpu/max_pool_2x2.hpp's vector
 // kernels for 2x2 windows at stride 2, the row-pass path taken otherwise without padding, and the
 // per-window path with padding) and its max and avg forward (the same paths),
-// through cpu/spatial.hpp's run_spatial, against a naive double reference on fresh random inputs,
+// through backend/cpu/spatial.hpp's run_spatial, against a naive double reference on fresh random inputs,
 // every element: ties (inputs drawn from 5 values, so the first maximum in row-major order must
 // win), overlapping windows (kernel 3, stride 2: a gradient element gets several contributions),
 // NaNs (they win their windows, the later of two in one window), odd sizes (rows and columns no
 // window reaches), strided x and g.
-#include <fusebox/cpu/spatial.hpp>
+#include <fusebox/backend/cpu/spatial.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -104,7 +104,7 @@ void check_max_backward(const pool_case& q, std::uint64_t seed) {
   }
 }
 
-// The 2x2 stride-2 cases with x's rows and g's contiguous run cpu/max_pool_2x2.hpp's kernels (with
+// The 2x2 stride-2 cases with x's rows and g's contiguous run backend/cpu/max_pool_2x2.hpp's kernels (with
 // AVX2, float: 12 outputs a row are an 8-lane and a 4-lane range, 17 an 8-lane range and a scalar
 // tail, 4 a 4-lane range; double's vectors have half the lanes).
 const pool_case cases[] = {

@@ -1,5 +1,5 @@
-// Tests for include/fusebox/cpu/thread_pool.hpp.
-#include <fusebox/cpu/thread_pool.hpp>
+// Tests for include/fusebox/backend/cpu/thread_pool.hpp.
+#include <fusebox/backend/cpu/thread_pool.hpp>
 
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-// Tests for fusebox/cpu/vmath.hpp. The laws:
+// Tests for fusebox/backend/cpu/vmath.hpp. The laws:
 //   - each function, for float and double, stays within its documented error against a long double
 //     reference, over a dense grid of the range, every binade, the special values and 2^20 seeded
 //     random inputs (one test case per function);
@@ -9,7 +9,7 @@
 // The bounds are the measured maxima plus a small margin, so a wrong coefficient or a lost
 // correction term fails here (perturbing one coefficient by 1e-5 relative fails it). Set
 // FUSEBOX_VMATH_REPORT=1 to print the measured errors.
-#include <fusebox/cpu/vmath.hpp>
+#include <fusebox/backend/cpu/vmath.hpp>
 
 #include <catch2/catch.hpp>
 

@@ -943,7 +943,7 @@ TEST_CASE("CUDA: compile(value_and_grad) runs forward and backward on the device
   CHECK_THROWS_WITH(bad(dx, wio), Catch::Contains("captures a tensor"));
 }
 
-// ---- conv2d, pooling, embedding and pad on the device (jit/cuda_spatial.hpp) ----
+// ---- conv2d, pooling, embedding and pad on the device (backend/cuda/spatial_kernels.hpp) ----
 
 /// A host tensor's elements as doubles, row-major.
 template <class H>
@@ -1398,7 +1398,7 @@ TEST_CASE("CUDA code generation: every kernel of these models compiles with NVRT
   }
   CHECK(spatial_units == 4);  // conv2d and max_pool2d, at two batches
   // Every spatial op, embedding and its gradient (ids of rank 1 and 2), pad (one and two
-  // operands), in each storage type (jit/cuda_spatial.hpp).
+  // operands), in each storage type (backend/cuda/spatial_kernels.hpp).
   for (fb::dtype t : {fb::dtype::f32, fb::dtype::bf16, fb::dtype::f16}) {
     for (int op = 1; op <= 7; ++op) {
       fb::ir::node n;

@@ -1,4 +1,4 @@
-// Tests for include/fusebox/cuda/cudnn.hpp and cudnn_attention.hpp: cuDNN is loaded with dlopen
+// Tests for include/fusebox/backend/cuda/cudnn.hpp and cudnn_attention.hpp: cuDNN is loaded with dlopen
 // (or its absence is a clear backend_unavailable); problems it cannot take are refused before it
 // is asked; on a GPU, every configuration cuDNN's heuristic offers for fused attention is checked
 // element by element against a double reference, in W4's packed qkv layout (q, k and v read in
@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "fusebox/cuda/cudnn.hpp"
-#include "fusebox/cuda/cudnn_attention.hpp"
+#include "fusebox/backend/cuda/cudnn.hpp"
+#include "fusebox/backend/cuda/cudnn_attention.hpp"
 
 namespace fb = fusebox;
 namespace cuda = fusebox::cuda;

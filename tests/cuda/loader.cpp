@@ -1,4 +1,4 @@
-// Tests for include/fusebox/cuda/library.hpp, driver.hpp and nvrtc.hpp that need no GPU: on a
+// Tests for include/fusebox/backend/cuda/library.hpp, driver.hpp and nvrtc.hpp that need no GPU: on a
 // machine without one (CI), asking for the driver is a backend_unavailable that names libcuda and
 // the fix, every time, and nothing crashes; NVRTC, which needs no GPU, compiles a kernel to an
 // sm_90 cubin, and a broken kernel is an nvrtc_error carrying the log and the source.
@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "fusebox/backend/cuda/driver.hpp"
+#include "fusebox/backend/cuda/library.hpp"
+#include "fusebox/backend/cuda/memory.hpp"
+#include "fusebox/backend/cuda/nvrtc.hpp"
 #include "fusebox/core/errors.hpp"
-#include "fusebox/cuda/driver.hpp"
-#include "fusebox/cuda/library.hpp"
-#include "fusebox/cuda/memory.hpp"
-#include "fusebox/cuda/nvrtc.hpp"
 
 namespace cuda = fusebox::cuda;
 using Catch::Matchers::Contains;

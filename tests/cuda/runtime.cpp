@@ -1,4 +1,4 @@
-// Tests for include/fusebox/cuda/{driver,memory,module,nvrtc,cublaslt}.hpp on a GPU: memory
+// Tests for include/fusebox/backend/cuda/{driver,memory,module,nvrtc,cublaslt}.hpp on a GPU: memory
 // round trips, an NVRTC-compiled kernel launched and checked element by element against a double
 // reference, events, a launch with more than 48 KiB of dynamic shared memory, cuBLASLt GEMMs
 // (float32 with TF32 off, bfloat16, float16; bias, relu, the tanh GELU; batches; every candidate
@@ -22,12 +22,12 @@
 #include <thread>
 #include <vector>
 
+#include "fusebox/backend/cuda/cublaslt.hpp"
+#include "fusebox/backend/cuda/driver.hpp"
+#include "fusebox/backend/cuda/memory.hpp"
+#include "fusebox/backend/cuda/module.hpp"
+#include "fusebox/backend/cuda/nvrtc.hpp"
 #include "fusebox/core/errors.hpp"
-#include "fusebox/cuda/cublaslt.hpp"
-#include "fusebox/cuda/driver.hpp"
-#include "fusebox/cuda/memory.hpp"
-#include "fusebox/cuda/module.hpp"
-#include "fusebox/cuda/nvrtc.hpp"
 
 namespace cuda = fusebox::cuda;
 using cuda::CUdeviceptr;

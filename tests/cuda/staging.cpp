@@ -1,4 +1,4 @@
-// Tests for include/fusebox/cuda/pinned_pool.hpp and uploader.hpp, and the data loader's
+// Tests for include/fusebox/backend/cuda/pinned_pool.hpp and uploader.hpp, and the data loader's
 // pin_memory on a GPU: buffers are recycled and capped, storage may outlive its pool, and a
 // double-buffered upload pipeline on a side stream delivers every batch intact even when the
 // work stream is slower than the copies (the case where an unordered copy would overwrite a slot
@@ -18,10 +18,10 @@
 #include <utility>
 #include <vector>
 
-#include "fusebox/cuda/driver.hpp"
-#include "fusebox/cuda/memory.hpp"
-#include "fusebox/cuda/pinned_pool.hpp"
-#include "fusebox/cuda/uploader.hpp"
+#include "fusebox/backend/cuda/driver.hpp"
+#include "fusebox/backend/cuda/memory.hpp"
+#include "fusebox/backend/cuda/pinned_pool.hpp"
+#include "fusebox/backend/cuda/uploader.hpp"
 #include "fusebox/data/loader.hpp"
 
 namespace cuda = fusebox::cuda;

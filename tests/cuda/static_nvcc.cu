@@ -1,4 +1,4 @@
-// The static CUDA path (cuda/static_kernels.cuh): this unit is compiled by nvcc, so compile() on
+// The static CUDA path (backend/cuda/static_kernels.cuh): this unit is compiled by nvcc, so compile() on
 // device tensors of static shape runs kernels nvcc instantiated from the plan at build time. On a
 // GPU each case checks every output element against a double reference on random inputs, that
 // the call took the static path (static_path::calls()) and compiled nothing (compiles forbidden:

@@ -4,7 +4,7 @@
 // zlib linked into this test (the reader loads zlib with dlopen).
 #include <fusebox/data/fashion_mnist.hpp>
 #include <fusebox/data/idx.hpp>
-#include <fusebox/jit/posix.hpp>  // temp_directory
+#include <fusebox/runtime/posix.hpp>  // temp_directory
 
 #include <catch2/catch.hpp>
 

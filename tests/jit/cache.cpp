@@ -1,4 +1,4 @@
-// Tests for include/fusebox/jit/{cache_key,memory_cache,disk_cache,counters}.hpp: the key is
+// Tests for include/fusebox/runtime/{cache_key,memory_cache,disk_cache,counters}.hpp: the key is
 // unambiguous and compared in full; the memory cache creates once under threads, does not cache
 // failures and keeps colliding keys apart; the disk cache refuses directories others can write,
 // detects corrupt and mismatched entries, evicts least recently used entries under its cap, and
@@ -22,12 +22,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "fusebox/jit/cache_key.hpp"
-#include "fusebox/jit/counters.hpp"
-#include "fusebox/jit/disk_cache.hpp"
-#include "fusebox/jit/logs.hpp"
-#include "fusebox/jit/memory_cache.hpp"
-#include "fusebox/jit/posix.hpp"
+#include "fusebox/runtime/cache_key.hpp"
+#include "fusebox/runtime/counters.hpp"
+#include "fusebox/runtime/disk_cache.hpp"
+#include "fusebox/runtime/logs.hpp"
+#include "fusebox/runtime/memory_cache.hpp"
+#include "fusebox/runtime/posix.hpp"
 
 namespace fs = std::filesystem;
 namespace jit = fusebox::jit;

@@ -1,4 +1,4 @@
-// Tests for include/fusebox/jit/hash.hpp: SHA-256 against the FIPS 180-4 / NIST example
+// Tests for include/fusebox/runtime/hash.hpp: SHA-256 against the FIPS 180-4 / NIST example
 // vectors and padding boundaries, incremental updates, hex, and the fast 64-bit hash.
 #include <catch2/catch.hpp>
 
@@ -6,7 +6,7 @@
 #include <set>
 #include <string>
 
-#include "fusebox/jit/hash.hpp"
+#include "fusebox/runtime/hash.hpp"
 
 namespace jit = fusebox::jit;
 

@@ -1,4 +1,4 @@
-// Tests for include/fusebox/jit/host_compiler.hpp and shared_library.hpp: compile a tiny
+// Tests for include/fusebox/runtime/host_compiler.hpp and shared_library.hpp: compile a tiny
 // source, load it and call it; a syntax error is ok=false with the compiler's log; paths and
 // flags with spaces and shell syntax reach the compiler verbatim (no shell); identity; the
 // forbid_compiles switch; a compiled library stored in the disk cache is served to a "fresh
@@ -16,12 +16,12 @@
 
 #include <sys/stat.h>
 
-#include "fusebox/jit/cache_key.hpp"
-#include "fusebox/jit/counters.hpp"
-#include "fusebox/jit/disk_cache.hpp"
-#include "fusebox/jit/host_compiler.hpp"
-#include "fusebox/jit/posix.hpp"
-#include "fusebox/jit/shared_library.hpp"
+#include "fusebox/runtime/cache_key.hpp"
+#include "fusebox/runtime/counters.hpp"
+#include "fusebox/runtime/disk_cache.hpp"
+#include "fusebox/runtime/host_compiler.hpp"
+#include "fusebox/runtime/posix.hpp"
+#include "fusebox/runtime/shared_library.hpp"
 
 namespace fs = std::filesystem;
 namespace jit = fusebox::jit;

@@ -1,4 +1,4 @@
-// The run-time path's trust boundary against a hostile machine (issue 20): jit/kernel_store.hpp,
+// The run-time path's trust boundary against a hostile machine (issue 20): runtime/kernel_store.hpp,
 // disk_cache.hpp, host_compiler.hpp and posix.hpp together, through the public compile().
 //
 // Every case runs the model in fresh processes (this binary re-executed as a hidden "worker"

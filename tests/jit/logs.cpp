@@ -1,4 +1,4 @@
-// Tests for include/fusebox/jit/logs.hpp: categories parsed from a list (and from FUSEBOX_LOGS
+// Tests for include/fusebox/runtime/logs.hpp: categories parsed from a list (and from FUSEBOX_LOGS
 // in a fresh process), unknown names warned once, one prefixed line per event on stderr, lines
 // from many threads never interleaved.
 #include <catch2/catch.hpp>
@@ -16,8 +16,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "fusebox/jit/logs.hpp"
-#include "fusebox/jit/posix.hpp"
+#include "fusebox/runtime/logs.hpp"
+#include "fusebox/runtime/posix.hpp"
 
 #include "../support/child.hpp"
 

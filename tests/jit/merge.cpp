@@ -1,4 +1,4 @@
-// The run-time path's value numbering (include/fusebox/jit/merge.hpp): a subtree that a
+// The run-time path's value numbering (include/fusebox/ir/merge.hpp): a subtree that a
 // composite copies, holding the model's scalars, is computed once when the scalars are equal;
 // subtrees of one type with different scalars stay apart; a call whose equal values change
 // recompiles with a reason.

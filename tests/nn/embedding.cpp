@@ -1,4 +1,4 @@
-// tests/nn/embedding.cpp: embedding(weight, ids) (ops/embedding.hpp, cpu/gather.hpp) and
+// tests/nn/embedding.cpp: embedding(weight, ids) (ops/embedding.hpp, backend/cpu/gather.hpp) and
 // nn::embedding (nn/embedding.hpp). The forward against a naive double gather on random weights
 // and random ids with repeats (eager, compiled on the static path, compiled on the run-time path
 // with a dyn batch, strided ids); the weight's gradient against central differences (eager and

@@ -1,5 +1,5 @@
 // tests/ops/attention.cpp: attention(q, k, v[, causal]) (include/fusebox/ops/attention.hpp) on the
-// host: eager, compiled with static shapes (cpu/executor.hpp) and with a dyn batch (the run-time
+// host: eager, compiled with static shapes (backend/cpu/executor.hpp) and with a dyn batch (the run-time
 // path), causal and not, operands that are strided views (heads of one projection, PyTorch's
 // [B, H, T, E] layout through transpose, q, k and v sliced from one packed projection), against a double reference of softmax(q·kᵀ/sqrt(E))·v
 // on every output element; shape errors name the three shapes.

@@ -1,6 +1,6 @@
 // tests/ops/conv.cpp: conv2d, max_pool2d and avg_pool2d (include/fusebox/ops/conv.hpp, pool.hpp) on
 // the host, against naive double references on fresh random inputs, every element: eager, compiled
-// with static shapes (cpu/executor.hpp, bias and relu fused as the convolution's epilogue) and with a
+// with static shapes (backend/cpu/executor.hpp, bias and relu fused as the convolution's epilogue) and with a
 // dyn batch (the run-time path, the epilogue generated); stride 2 and padding; the T2 CNN's forward;
 // errors for bad shapes naming the shapes and the caller's line.
 //

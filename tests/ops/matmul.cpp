@@ -201,7 +201,7 @@ TEST_CASE("transposed operands are views, in the model and as arguments" FBT_TYP
     const auto c = fb::compile(model)(av, wv);
     check_product(c, av, wv, plain, 0, "compiled, both operands strided views");
     // Not bitwise against contiguous copies in general: B's layout picks gemm's path, and for
-    // M <= 4 with B stored [N, K] that path sums partial dot products (cpu/gemm.hpp, case 3).
+    // M <= 4 with B stored [N, K] that path sums partial dot products (backend/cpu/gemm.hpp, case 3).
     check_product(fb::compile(model)(av.clone(), wv.clone()), av, wv, plain, 0, "compiled, contiguous copies");
   }
 }
@@ -224,7 +224,7 @@ std::size_t off_chain(const C& c, const A& a, const B& b) {
 
 TEST_CASE("matmul keeps gemm's numerical contract: one fma chain in increasing k" FBT_TYPE,
           "[ops][matmul][contract]") {
-  // cpu/gemm.hpp: every output element is fma(a[k], b[k], c) for k = 0 .. K-1 from c = 0, on every
+  // backend/cpu/gemm.hpp: every output element is fma(a[k], b[k], c) for k = 0 .. K-1 from c = 0, on every
   // path but M <= 4 with B stored [N, K] (partial dot products). So for M > 4 the result is known
   // bit for bit, whatever the layout of B: B stored [N, K] takes the "stream B^T" path, B row-major
   // the "gemv rows" (M <= 8) or the blocked path.

@@ -2,12 +2,12 @@
 // baseline its compiled form is compared against (as eager() is for compile()).
 //
 // Each distinct node (post_order of the roots) is evaluated once, as a one-node program through
-// cpu/evaluate.hpp with its operands as tensor leaves, so every intermediate is materialised, as
+// backend/cpu/evaluate.hpp with its operands as tensor leaves, so every intermediate is materialised, as
 // a PyTorch eager backward does. Views take no copy. A value is released after its last reader,
 // so the peak is what torch's autograd would hold, not the sum of all intermediates.
 // Input leaves read the call's bound inputs (the table a compiled call binds too).
 // Evaluates autodiff/sym.hpp's node types (each rebuilt as a library node over tensor leaves).
-// Depends on: autodiff/{dag,sym}.hpp, cpu/evaluate.hpp, core/tensor.hpp.
+// Depends on: autodiff/{dag,sym}.hpp, backend/cpu/evaluate.hpp, core/tensor.hpp.
 #pragma once
 
 #include <array>
@@ -18,8 +18,8 @@
 
 #include "fusebox/autodiff/dag.hpp"
 #include "fusebox/autodiff/sym.hpp"
+#include "fusebox/backend/cpu/evaluate.hpp"
 #include "fusebox/core/tensor.hpp"
-#include "fusebox/cpu/evaluate.hpp"
 
 namespace fusebox::autodiff {
 namespace detail {

@@ -46,8 +46,8 @@
 #include "fusebox/autodiff/eager.hpp"
 #include "fusebox/autodiff/lift.hpp"
 #include "fusebox/autodiff/remat.hpp"
+#include "fusebox/backend/cpu/report.hpp"
 #include "fusebox/compile.hpp"
-#include "fusebox/cpu/report.hpp"
 
 namespace fusebox {
 

@@ -15,7 +15,7 @@
 // executor, the CUDA target of the run-time path). Budget 1 is the plain joint graph, unchanged.
 // Rewritten graphs compute the same ops on the same values, so gradients equal budget 1's (bit
 // for bit where the same kernels compute them).
-// Depends on: autodiff/{sym,dag}.hpp, plan/recompute.hpp, cpu/report.hpp (cpu::program, human_bytes).
+// Depends on: autodiff/{sym,dag}.hpp, plan/recompute.hpp, backend/cpu/report.hpp (cpu::program, human_bytes).
 #pragma once
 
 #include <array>
@@ -30,8 +30,8 @@
 
 #include "fusebox/autodiff/dag.hpp"
 #include "fusebox/autodiff/sym.hpp"
+#include "fusebox/backend/cpu/report.hpp"
 #include "fusebox/core/errors.hpp"
-#include "fusebox/cpu/report.hpp"
 #include "fusebox/plan/recompute.hpp"
 
 namespace fusebox {

@@ -1,8 +1,8 @@
 // backend/cpu.hpp: the CPU back end. Static programs are instantiated when the translation unit is
-// compiled (cpu/executor.hpp: kernels over xsimd, gemm with the epilogue on finished rows); a
-// run-time program's kernels are generated C++ compiled by the host compiler (jit/program.hpp).
+// compiled (backend/cpu/executor.hpp: kernels over xsimd, gemm with the epilogue on finished rows); a
+// run-time program's kernels are generated C++ compiled by the host compiler (backend/cpu/generated_program.hpp).
 // Both run on the function's thread pool.
-// Depends on: backend/backend.hpp, cpu/{invoke,report}.hpp, jit/{dynamic,cpu_autotune}.hpp,
+// Depends on: backend/backend.hpp, backend/cpu/{invoke,report}.hpp, pipeline/dynamic_function.hpp, backend/cpu/winner_store.hpp,
 // plan/{at_extents,report}.hpp.
 #pragma once
 
@@ -11,11 +11,11 @@
 #include <string>
 
 #include "fusebox/backend/backend.hpp"
+#include "fusebox/backend/cpu/invoke.hpp"
+#include "fusebox/backend/cpu/report.hpp"
+#include "fusebox/backend/cpu/winner_store.hpp"
 #include "fusebox/core/tensor.hpp"
-#include "fusebox/cpu/invoke.hpp"
-#include "fusebox/cpu/report.hpp"
-#include "fusebox/jit/cpu_autotune.hpp"
-#include "fusebox/jit/dynamic.hpp"
+#include "fusebox/pipeline/dynamic_function.hpp"
 #include "fusebox/plan/at_extents.hpp"
 #include "fusebox/plan/report.hpp"
 

@@ -1,10 +1,10 @@
 // backend/cuda.hpp: the CUDA back end. A run-time program's kernels are CUDA compiled by NVRTC,
 // its products run in cuBLASLt (with what the schedule gives it of their epilogues), and in
-// reduce_overhead and max_autotune a call is replayed from a CUDA graph (jit/cuda_program.hpp).
+// reduce_overhead and max_autotune a call is replayed from a CUDA graph (backend/cuda/generated_program.hpp).
 // In an nvcc translation unit a program whose extents are all static and whose kernels all have
-// templates runs instead on kernels nvcc instantiated at build time (cuda/static_kernels.cuh): no
+// templates runs instead on kernels nvcc instantiated at build time (backend/cuda/static_kernels.cuh): no
 // guard, no NVRTC, launched directly in every mode.
-// Depends on: backend/backend.hpp, cuda/tensor.hpp, jit/dynamic.hpp, plan/{at_extents,report}.hpp.
+// Depends on: backend/backend.hpp, backend/cuda/tensor.hpp, pipeline/dynamic_function.hpp, plan/{at_extents,report}.hpp.
 #pragma once
 
 #include <array>
@@ -12,14 +12,14 @@
 #include <string>
 
 #include "fusebox/backend/backend.hpp"
-#include "fusebox/cpu/invoke.hpp"
-#include "fusebox/cuda/memory.hpp"
-#include "fusebox/cuda/tensor.hpp"
-#include "fusebox/jit/dynamic.hpp"
+#include "fusebox/backend/cpu/invoke.hpp"
+#include "fusebox/backend/cuda/memory.hpp"
+#include "fusebox/backend/cuda/tensor.hpp"
+#include "fusebox/pipeline/dynamic_function.hpp"
 #include "fusebox/plan/at_extents.hpp"
 #include "fusebox/plan/report.hpp"
 #if defined(__CUDACC__)
-#include "fusebox/cuda/static_kernels.cuh"  // nvcc units: kernels for static shapes instantiated at build time
+#include "fusebox/backend/cuda/static_kernels.cuh"  // nvcc units: kernels for static shapes instantiated at build time
 #endif
 
 namespace fusebox::backends {
@@ -95,12 +95,7 @@ struct cuda_backend {
   static void copy_repeated_outputs(Outs& outs, cuda::CUstream on) {
     [&]<std::size_t... R>(std::index_sequence<R...>) {
       (([&] {
-         constexpr int o = Prog::graph::outputs[R];
-         constexpr std::size_t first = [] {
-           for (std::size_t q = 0; q < R; ++q)
-             if (Prog::graph::outputs[q] == o) return q;
-           return R;
-         }();
+         constexpr std::size_t first = cpu::first_output<Prog, R>();
          if constexpr (first != R) {
            auto& to = std::get<R>(outs);
            using E = typename std::remove_cvref_t<decltype(to)>::value_type;

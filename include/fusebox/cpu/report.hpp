@@ -1,33 +1,4 @@
-// cpu/report.hpp: a static CPU program's plan in words (plan/report.hpp's report of its
-// constexpr plan, with the vector width, threads, arena and workspace), and its kernels' names for
-// the profiler's spans.
-// Depends on: cpu/executor.hpp, plan/report.hpp.
+// Forwarding header (the fusebox 0.1 path), kept for one release: include
+// fusebox/backend/cpu/report.hpp, where the folders show the flow (docs/architecture.md).
 #pragma once
-
-#include <string>
-
-#include "fusebox/cpu/executor.hpp"
-#include "fusebox/plan/report.hpp"
-
-namespace fusebox::cpu {
-
-/// The fused ops of kernel k of program P, as explain() lists them and the profiler names the
-/// kernel's span: "mul, add, gelu", "matmul + epilogue(add, relu)", "conv2d + epilogue(add)".
-template <class P>
-std::string kernel_ops(int k) {
-  return plan::kernel_ops(P::nodes, P::plan, k);
-}
-
-/// Kernel-by-kernel description of program P run with `threads` threads (static shapes).
-template <class P>
-std::string describe(unsigned threads) {
-  using T = typename P::value_type;
-  const std::string how = "vector width " + std::to_string(P::VS) + " x " + name(dtype_of<T>()) + "; threads " +
-                          std::to_string(threads);
-  return plan::describe_kernels(P::nodes, P::plan, sizeof(T), [&](int) { return how; }) +
-         "  arena: " + plan::detail::human_bytes(static_cast<double>(P::arena_bytes)) + " (constexpr), workspace: " +
-         plan::detail::human_bytes(static_cast<double>(P::workspace_bytes(threads))) + " for " +
-         std::to_string(threads) + " thread(s)\n";
-}
-
-}  // namespace fusebox::cpu
+#include "fusebox/backend/cpu/report.hpp"

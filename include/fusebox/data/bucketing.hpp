@@ -1,6 +1,6 @@
 // fusebox/data/bucketing.hpp: batches of variable-length samples padded to a few fixed lengths.
 //
-// A compiled model specialises on its input shapes (jit/guard.hpp): feeding it every sequence
+// A compiled model specialises on its input shapes (runtime/guard.hpp): feeding it every sequence
 // length that occurs would compile once per length, or make the length symbolic. Bucketing bounds
 // the shapes to the user's boundaries, e.g. {32, 64, 128}: bucketing_sampler puts each sample in
 // the smallest bucket whose boundary is at least its length and makes each batch from one bucket;

@@ -11,7 +11,7 @@
 // Errors are fusebox::invalid_argument and name the file: cannot open (with strerror), corrupt or
 // truncated gzip stream (with zlib's own message), zlib not loadable (with the loader's message).
 //
-// Depends on: the C++20 standard library, POSIX dlopen (through jit/shared_library.hpp),
+// Depends on: the C++20 standard library, POSIX dlopen (through runtime/shared_library.hpp),
 // fusebox/core/errors.hpp.
 #pragma once
 
@@ -26,7 +26,7 @@
 #include <utility>
 
 #include "fusebox/core/errors.hpp"
-#include "fusebox/jit/shared_library.hpp"
+#include "fusebox/runtime/shared_library.hpp"
 
 namespace fusebox::data {
 

@@ -18,7 +18,7 @@
 //   persistent_workers               keep the threads from one epoch to the next
 //   in_order                         true: batches come in sampler order; false: as they are ready
 //   pin_memory                       batch storage in page-locked memory, so copies to the GPU are
-//                                    asynchronous (cuda/uploader.hpp): from `pinned_allocator` if
+//                                    asynchronous (backend/cuda/uploader.hpp): from `pinned_allocator` if
 //                                    given, else from cuda::shared_pinned_pool() (recycled
 //                                    buffers). Where CUDA cannot run, the loader warns once and
 //                                    uses ordinary memory, as torch's does; pinned() says which
@@ -33,8 +33,8 @@
 // sample and joins them. An iterator is single-pass and belongs to its epoch.
 //
 // Depends on: the C++20 standard library, fusebox/core/errors.hpp,
-// fusebox/data/{dataset,sampler,collate,workers}.hpp, fusebox/cuda/pinned_pool.hpp (loaded
-// with dlopen on first use: nothing is linked), fusebox/jit/logs.hpp (the warning).
+// fusebox/data/{dataset,sampler,collate,workers}.hpp, fusebox/backend/cuda/pinned_pool.hpp (loaded
+// with dlopen on first use: nothing is linked), fusebox/runtime/logs.hpp (the warning).
 #pragma once
 
 #include <algorithm>
@@ -51,13 +51,13 @@
 #include <variant>
 #include <vector>
 
+#include "fusebox/backend/cuda/pinned_pool.hpp"
 #include "fusebox/core/errors.hpp"
-#include "fusebox/cuda/pinned_pool.hpp"
 #include "fusebox/data/collate.hpp"
 #include "fusebox/data/dataset.hpp"
 #include "fusebox/data/sampler.hpp"
 #include "fusebox/data/workers.hpp"
-#include "fusebox/jit/logs.hpp"
+#include "fusebox/runtime/logs.hpp"
 
 namespace fusebox::data {
 

@@ -9,13 +9,13 @@
 //     row holds its q, k and v gradients head after head, so the gradient of GPT-2's [B*T, 3C]
 //     c_attn output is this buffer's memory (ops/attention.hpp). All are node_kind::attention (the
 //     planner's attention family: operands and result in memory, one kernel), told apart by
-//     desc.variant; the kernels recompute the softmax (cpu/attention.hpp). Part 3 computes all
+//     desc.variant; the kernels recompute the softmax (backend/cpu/attention.hpp). Part 3 computes all
 //     three gradients in one pass over the (query, key) pairs of a (batch, head), so every product
 //     is computed once; when a query row and a key row are not the same rows (Tq != Tk) the
 //     gradients are two kernels (each recomputing what it needs), so no task writes another's rows.
 //   pad_node<Axis, Begin, Total, G...>            the operands side by side along dimension Axis
 //     (a concatenation), from Begin on, in a zero tensor whose extent there is Total
-//     (node_kind::pad, kernel cpu/attention.hpp's pad()). One operand: a slice's gradient; the
+//     (node_kind::pad, kernel backend/cpu/attention.hpp's pad()). One operand: a slice's gradient; the
 //     reverse pass joins the pads of adjacent slices (q | k | v of one projection) into one.
 // Depends on: expr/node.hpp.
 #pragma once

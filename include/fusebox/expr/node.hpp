@@ -2,7 +2,7 @@
 //
 // An expression node only holds its operands and names its op (Eigen's TensorExpr rule); what it
 // means to compute one lives in the op struct (ops/), how the graph is cut into kernels in plan/,
-// and how loops run in cpu/. Every node type exposes the same static facts, combined bottom-up
+// and how loops run in backend/cpu/. Every node type exposes the same static facts, combined bottom-up
 // from its children: `desc` (kind, name, static shape, axis...), `value_type`, `has_payload`
 // (holds a run-time value: a scalar, a tensor pointer, a user function), `symbolic` (reaches an
 // input of a compiled function) and `fullgraph` (captured under fullgraph: graph breaks are build
@@ -213,7 +213,7 @@ constexpr matmul_shape_result matmul_shape(const dims& a, const dims& b) {
   }
   // An extent that is not a number (dyn at capture, a symbol when specialising) meets anything, as
   // in broadcast(): capture may compare a bound argument's extent (7) with a computed operand's
-  // dyn one, and the run-time path checks them again on the call's extents (jit/specialize.hpp).
+  // dyn one, and the run-time path checks them again on the call's extents (ir/specialize.hpp).
   const std::size_t ka = a.back(0), kb = b.back(1);
   r.inner_ok = ka == kb || !is_known_extent(ka) || !is_known_extent(kb);
   const std::size_t ba = a.rank == 3 ? a.extent[0] : 1, bb = b.rank == 3 ? b.extent[0] : 1;

@@ -48,7 +48,7 @@ constexpr bool window_fits(std::size_t in, int k, int pad) {
   return !is_known_extent(in) || in + 2 * static_cast<std::size_t>(pad) >= static_cast<std::size_t>(k);
 }
 /// (in + 2 pad - k) / s + 1 for a window that fits; dyn when `in` is not a number: a symbol
-/// (jit/specialize.hpp) names one extent, and the output's is another.
+/// (ir/specialize.hpp) names one extent, and the output's is another.
 constexpr std::size_t window_out(std::size_t in, int k, int s, int pad) {
   if (!is_known_extent(in)) return dyn;
   return (in + 2 * static_cast<std::size_t>(pad) - static_cast<std::size_t>(k)) / static_cast<std::size_t>(s) + 1;

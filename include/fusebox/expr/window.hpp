@@ -10,7 +10,7 @@
 namespace fusebox {
 
 /// Which windowed op a node of kind `spatial` is (expr/spatial.hpp has the shape rules,
-/// cpu/spatial.hpp the kernels).
+/// backend/cpu/spatial.hpp the kernels).
 enum class spatial_op : std::uint8_t {
   none,
   conv2d,              ///< (x [N,C,H,W], w [O,C,KH,KW]) -> [N,O,OH,OW]

@@ -13,8 +13,8 @@
 //                  payload, or an interior node of the same type whose inputs have equal numbers.
 //
 // The static path plans as if twins were one value and asks vn per call whether they are
-// (cpu/executor.hpp); the run-time path rewrites its graph with the same equality
-// (jit/merge.hpp). Allocation-free: the static path's calls allocate nothing after the first.
+// (backend/cpu/executor.hpp); the run-time path rewrites its graph with the same equality
+// (ir/merge.hpp). Allocation-free: the static path's calls allocate nothing after the first.
 // Depends on: core/tensor.hpp, expr/node.hpp, ir/graph.hpp.
 #pragma once
 

@@ -7,7 +7,7 @@
 // embedding.hpp: fusebox has no integer tensors yet; float ids are exact below 2^24). The
 // parameter is named `weight` and stored [num_embeddings, embedding_dim] as torch stores it, so
 // safetensors files move to and from PyTorch as they are (GPT-2's wte and wpe). Its gradient is a
-// deterministic scatter-add (cpu/gather.hpp). No padding_idx, max_norm or sparse gradients.
+// deterministic scatter-add (backend/cpu/gather.hpp). No padding_idx, max_norm or sparse gradients.
 // Depends on: nn/{module,parameters}.hpp, ops/embedding.hpp.
 #pragma once
 

@@ -68,7 +68,7 @@ auto attention(const Q& q, const K& k, const V& v, causal_t, std::source_locatio
 // reshape and slice rules pass these views on without copies and the reverse pass joins the
 // three slices' pads into one kernel (ops/layout.hpp, autodiff/backward.hpp). Otherwise one
 // kernel writes dq and another dk | dv. The kernels recompute the softmax from q and k
-// (cpu/attention.hpp): nothing of size T x T is saved or stored.
+// (backend/cpu/attention.hpp): nothing of size T x T is saved or stored.
 namespace autodiff {
 template <class Q, class K, class V, bool Causal>
 struct derivative<attention_node<Q, K, V, Causal>> {

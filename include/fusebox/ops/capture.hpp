@@ -5,14 +5,14 @@
 // reaches an input of a compiled call: capture) or evaluated at once (eager).
 // The op headers see only the declarations in ops/operand.hpp, so that generated kernels can
 // include an op family for its math without this machinery.
-// Depends on: expr/node.hpp, ops/operand.hpp, cpu/evaluate.hpp.
+// Depends on: expr/node.hpp, ops/operand.hpp, backend/cpu/evaluate.hpp.
 #pragma once
 
 #include <source_location>
 #include <string>
 #include <type_traits>
 
-#include "fusebox/cpu/evaluate.hpp"
+#include "fusebox/backend/cpu/evaluate.hpp"
 #include "fusebox/expr/node.hpp"
 #include "fusebox/ops/operand.hpp"
 

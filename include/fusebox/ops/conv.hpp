@@ -11,7 +11,7 @@
 // of earlier releases still compiles, deprecated. The bias is not part of the op: it is added as a broadcast [O,1,1]
 // view, which the planner fuses into the convolution as its epilogue (with a following relu), as it
 // does for a matmul's bias; its gradient is then the reverse pass's ordinary sum over N, H, W.
-// Kernels: cpu/conv.hpp (im2row/im2col into cpu::gemm, threaded over images).
+// Kernels: backend/cpu/conv.hpp (im2row/im2col into cpu::gemm, threaded over images).
 // Derivatives at the end: dx is conv2d_input_grad (a transposed convolution), dw is
 // conv2d_weight_grad; both are spatial ops of their own with their own kernels.
 // Depends on: ops/spatial.hpp, ops/layout.hpp, ops/elementwise.hpp, autodiff/rule.hpp.

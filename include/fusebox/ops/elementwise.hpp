@@ -14,15 +14,15 @@
 // expression type. Where a derivative is more than one product, it is an op of its own below
 // (`tanh_backward(g, y)` and so on, as torch's aten has them): one node, no constants, so the
 // backward stays small and fuses like any elementwise chain.
-// Depends on: ops/operand.hpp, ops/math.hpp, cpu/vmath.hpp, autodiff/rule.hpp.
+// Depends on: ops/operand.hpp, ops/math.hpp, backend/cpu/vmath.hpp, autodiff/rule.hpp.
 #pragma once
 
 #include <source_location>
 
 #include "fusebox/autodiff/rule.hpp"
-#include "fusebox/cpu/vmath.hpp"
-#include "fusebox/ops/operand.hpp"
+#include "fusebox/backend/cpu/vmath.hpp"
 #include "fusebox/ops/math.hpp"
+#include "fusebox/ops/operand.hpp"
 
 namespace fusebox {
 namespace ops {
@@ -30,7 +30,7 @@ namespace ops {
 // An op's device math is written once, as tokens: `device` is their text (the CUDA code generator
 // pastes it into NVRTC units), and in a translation unit compiled by nvcc the same tokens are also
 // `on_device`, a __device__ function the static path's kernel templates call
-// (cuda/static_kernels.cuh).
+// (backend/cuda/static_kernels.cuh).
 #if defined(__CUDACC__)
 #define FUSEBOX_ON_DEVICE(params, ...) \
   static __device__ float on_device params { return __VA_ARGS__; }

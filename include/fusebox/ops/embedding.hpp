@@ -8,12 +8,12 @@
 // an integer in [0, V): checked once per call on the host, before anything is written. Where the
 // call's ids are visible to the front end (eager operands, and the arguments of a compiled call or
 // a compiled gradient on the host) the error also names the caller's line; the kernels check again
-// (cpu/gather.hpp) for ids computed inside the model, naming the op, the id, V and the shapes.
+// (backend/cpu/gather.hpp) for ids computed inside the model, naming the op, the id, V and the shapes.
 // Derivative: with respect to the weight a scatter-add (embedding_backward: deterministic, see
-// cpu/gather.hpp); the ids have none (grad() refuses them by name). No padding_idx, max_norm,
+// backend/cpu/gather.hpp); the ids have none (grad() refuses them by name). No padding_idx, max_norm,
 // scale_grad_by_freq or sparse gradients.
-// Depends on: expr/gather.hpp, ops/operand.hpp, autodiff/rule.hpp, cpu/gather.hpp (the id check),
-// cpu/evaluate.hpp (the capture context: whether the call's tensors are device memory).
+// Depends on: expr/gather.hpp, ops/operand.hpp, autodiff/rule.hpp, backend/cpu/gather.hpp (the id check),
+// backend/cpu/evaluate.hpp (the capture context: whether the call's tensors are device memory).
 #pragma once
 
 #include <cstddef>
@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "fusebox/autodiff/rule.hpp"
-#include "fusebox/cpu/evaluate.hpp"
-#include "fusebox/cpu/gather.hpp"
+#include "fusebox/backend/cpu/evaluate.hpp"
+#include "fusebox/backend/cpu/gather.hpp"
 #include "fusebox/expr/gather.hpp"
 #include "fusebox/ops/operand.hpp"
 

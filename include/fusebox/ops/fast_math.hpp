@@ -1,13 +1,13 @@
 // ops/fast_math.hpp: the ops options::fast_math changes on the host, as op types. fast_math_t<Op>
 // is Op with its `apply` on fusebox::vmath::fast (approximate float transcendentals, see
-// cpu/vmath.hpp), or Op itself where there is nothing faster. The static executor evaluates
+// backend/cpu/vmath.hpp), or Op itself where there is nothing faster. The static executor evaluates
 // fast_math_t<Op> when its program is built with fast math, and the run-time path's generated
 // kernels spell `fusebox::ops::fast_math_t<fusebox::ops::NAME>`, so both paths run one definition.
 // Gradients (the *_backward ops) and pow stay faithful.
-// Depends on: ops/elementwise.hpp, cpu/vmath.hpp.
+// Depends on: ops/elementwise.hpp, backend/cpu/vmath.hpp.
 #pragma once
 
-#include "fusebox/cpu/vmath.hpp"
+#include "fusebox/backend/cpu/vmath.hpp"
 #include "fusebox/ops/elementwise.hpp"
 
 namespace fusebox::ops {

@@ -142,7 +142,7 @@ constexpr bool unflattened(const dims& to, const dims& g, std::size_t start, dim
 /// Dimensions Start..End merged into one (torch.flatten). A view: merging needs the merged
 /// dimensions to be one strided run, which the planner's buffers always are (a view of a view
 /// that is not is refused by name, as reshape's). `slice_start` carries Start for the run-time
-/// path (jit/specialize.hpp), which recomputes the merged extent from the call's.
+/// path (ir/specialize.hpp), which recomputes the merged extent from the call's.
 template <std::size_t Start, std::size_t End>
 struct flatten_view {
   static constexpr const char* name = "flatten";

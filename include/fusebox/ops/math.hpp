@@ -1,12 +1,12 @@
 // ops/math.hpp: small generic helpers so one op body serves float, double and xsimd batches.
-// Depends on: xsimd, cpu/simd.hpp.
+// Depends on: xsimd, backend/cpu/simd.hpp.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "fusebox/cpu/simd.hpp"
+#include "fusebox/backend/cpu/simd.hpp"
 
 namespace fusebox::ops::math {
 

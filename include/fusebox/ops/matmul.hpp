@@ -27,7 +27,7 @@ auto matmul(const A& a, const B& b, std::source_location loc = std::source_locat
     const auto r = detail::matmul_shape(sa, sb);
     // An argument's extents are bound here, a computed operand's or a view's may be `dyn`: the
     // rule lets an unknown extent meet any, and the run-time path checks it against the call's
-    // extents (jit/specialize.hpp, jit/program.hpp's mm_sizes).
+    // extents (ir/specialize.hpp, backend/cpu/generated_program.hpp's mm_sizes).
     if (!r.rank_ok || !r.inner_ok)
       throw shape_error("matmul: a is " + to_string(sa) + ", b is " + to_string(sb) +
                             "; need [.., M, K] x [.., K, N] with matching K and batch extents equal or 1",

@@ -9,7 +9,7 @@
 // max_pool2d pads with -infinity (padding never wins) and propagates NaN (a NaN in a window is its
 // maximum, as in torch). avg_pool2d divides by Kernel * Kernel whether or not the window covers
 // padding (torch's default count_include_pad=True).
-// Kernels: cpu/pool.hpp, a task per block of (batch, channel) planes.
+// Kernels: backend/cpu/pool.hpp, a task per block of (batch, channel) planes.
 // Derivatives at the end, each an op of its own: max_pool2d_backward(g, x) gives each output's
 // gradient to the first maximum of its window in row-major order (torch's CPU rule for ties: a
 // later equal value does not replace the maximum; gradients of overlapping windows add up), and

@@ -16,8 +16,8 @@
 
 #include "fusebox/autodiff/rule.hpp"
 #include "fusebox/ops/elementwise.hpp"
-#include "fusebox/ops/operand.hpp"
 #include "fusebox/ops/math.hpp"
+#include "fusebox/ops/operand.hpp"
 
 namespace fusebox {
 
@@ -38,7 +38,7 @@ namespace ops {
 // A reduction's device math, written once as tokens: `device` is their text (member functions
 // identity, combine and finalize that the CUDA code generator pastes into NVRTC units); in a
 // translation unit compiled by nvcc the same members also form `on_device`, for the static path's
-// kernel templates (cuda/static_kernels.cuh).
+// kernel templates (backend/cuda/static_kernels.cuh).
 #if defined(__CUDACC__)
 #define FUSEBOX_DEVICE_MEMBERS(...)                    \
   static constexpr const char* device = #__VA_ARGS__; \

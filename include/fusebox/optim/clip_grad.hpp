@@ -13,7 +13,7 @@
 // or a std::tuple of them. With `error_if_nonfinite`, a NaN or infinite norm is an error naming
 // it and the call site, and nothing is scaled (torch's flag); without it the NaN propagates into
 // the gradients, as torch's does.
-// Depends on: core/{tensor,errors}.hpp, cpu/thread_pool.hpp, optim/multi_tensor.hpp (chunk size).
+// Depends on: core/{tensor,errors}.hpp, backend/cpu/thread_pool.hpp, optim/multi_tensor.hpp (chunk size).
 #pragma once
 
 #include <algorithm>
@@ -26,9 +26,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "fusebox/backend/cpu/thread_pool.hpp"
 #include "fusebox/core/errors.hpp"
 #include "fusebox/core/tensor.hpp"
-#include "fusebox/cpu/thread_pool.hpp"
 #include "fusebox/optim/multi_tensor.hpp"
 
 namespace fusebox::optim {

@@ -13,7 +13,7 @@
 // amsgrad is not in the kernel yet (refused by name). The source is `cuda_adamw_source()`, which CI
 // compiles with NVRTC without a GPU (tests/cuda/optim.cpp).
 // Device gradients come from compile(value_and_grad(...)) called with device tensors (bench/gpu.cpp's W5).
-// Depends on: optim/adamw.hpp (options, checks), cuda/{tensor,memory,module,nvrtc}.hpp.
+// Depends on: optim/adamw.hpp (options, checks), backend/cuda/{tensor,memory,module,nvrtc}.hpp.
 #pragma once
 
 #include <cmath>
@@ -22,10 +22,10 @@
 #include <tuple>
 #include <vector>
 
-#include "fusebox/cuda/memory.hpp"
-#include "fusebox/cuda/module.hpp"
-#include "fusebox/cuda/nvrtc.hpp"
-#include "fusebox/cuda/tensor.hpp"
+#include "fusebox/backend/cuda/memory.hpp"
+#include "fusebox/backend/cuda/module.hpp"
+#include "fusebox/backend/cuda/nvrtc.hpp"
+#include "fusebox/backend/cuda/tensor.hpp"
 #include "fusebox/optim/adamw.hpp"
 
 namespace fusebox::optim {

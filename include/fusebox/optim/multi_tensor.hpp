@@ -15,7 +15,7 @@
 // Checks at each step (a clear error, never a silent wrong update): the number of gradients, each
 // gradient's extents against its parameter's (naming both, the parameter's name, the optimizer and
 // the caller's line), contiguity of each gradient.
-// Depends on: nn/parameters.hpp, core/{storage,errors}.hpp, cpu/{simd,thread_pool,evaluate}.hpp.
+// Depends on: nn/parameters.hpp, core/{storage,errors}.hpp, backend/cpu/{simd,thread_pool,evaluate}.hpp.
 #pragma once
 
 #include <algorithm>
@@ -25,11 +25,11 @@
 #include <string>
 #include <vector>
 
+#include "fusebox/backend/cpu/evaluate.hpp"
+#include "fusebox/backend/cpu/simd.hpp"
+#include "fusebox/backend/cpu/thread_pool.hpp"
 #include "fusebox/core/errors.hpp"
 #include "fusebox/core/storage.hpp"
-#include "fusebox/cpu/evaluate.hpp"
-#include "fusebox/cpu/simd.hpp"
-#include "fusebox/cpu/thread_pool.hpp"
 #include "fusebox/nn/parameters.hpp"
 
 namespace fusebox::optim {

@@ -2,15 +2,16 @@
 // functions, compiled gradients and the nn step, explain()) and every back end:
 //   capture and bind     the entry point: the model on symbolic inputs, the frame's inputs bound
 //   guard and select     static kernels from the build, or the run-time path's specialisation
-//                        that accepts the call (guards, recompiles: jit/dynamic.hpp)
-//   specialise, plan,    once per specialisation, inside select (jit/dynamic.hpp: the one
+//                        that accepts the call (guards, recompiles: pipeline/dynamic_function.hpp)
+//   specialise, plan,    once per specialisation, inside select (pipeline/dynamic_function.hpp: the one
 //   schedule, compile    planner, the schedule for the back end's caps, the back end's compiler)
 //   shapes               the call's node shapes, computed once (kept per call signature in
 //                        reduce_overhead and max_autotune)
 //   outputs              allocated at those shapes; the entry point's last look (before_run)
 //   run                  the back end (backend/backend.hpp: run_static or run_dynamic)
 // `function_state` is what a compiled function keeps between calls.
-// Depends on: backend/{backend,cpu,cuda}.hpp, jit/dynamic.hpp, options.hpp.
+// Depends on: backend/{backend,cpu,cuda}.hpp, backend/cpu/evaluate.hpp (default_threads),
+// pipeline/dynamic_function.hpp, runtime/counters.hpp, options.hpp.
 #pragma once
 
 #include <algorithm>
@@ -24,11 +25,12 @@
 
 #include "fusebox/backend/backend.hpp"
 #include "fusebox/backend/cpu.hpp"
+#include "fusebox/backend/cpu/evaluate.hpp"
 #include "fusebox/backend/cuda.hpp"
-#include "fusebox/jit/counters.hpp"
-#include "fusebox/jit/dynamic.hpp"
 #include "fusebox/meta/type_list.hpp"
 #include "fusebox/options.hpp"
+#include "fusebox/pipeline/dynamic_function.hpp"
+#include "fusebox/runtime/counters.hpp"
 
 namespace fusebox::pipeline {
 

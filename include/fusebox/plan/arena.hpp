@@ -1,6 +1,6 @@
 // plan/arena.hpp: pass `arena`, offsets of the intermediate buffers by liveness over the kernel
 // order, first fit; the arena's size is the result. It needs every extent: for static shapes it
-// runs in make_plan, on the run-time path once per call's concrete sizes (jit/program.hpp).
+// runs in make_plan, on the run-time path once per call's concrete sizes (backend/cpu/generated_program.hpp).
 // Buffers: materialised nodes a kernel writes that are not outputs (those live in the caller's
 // tensors), nor views, leaves or user functions' results, nor products written into their
 // epilogue's buffer.

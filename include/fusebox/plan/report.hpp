@@ -169,7 +169,7 @@ std::string describe_kernels(const std::array<ir::node, N>& nodes, const plan_t<
       const dims &q = nodes[n.inputs[0]].desc.shape, &kk = nodes[n.inputs[1]].desc.shape, &o = n.desc.shape;
       const double pairs = static_cast<double>(q[0] * q[1] * q[2] * kk[1]) * (n.desc.causal ? 0.5 : 1.0);
       const double e = static_cast<double>(q[3]), ev = static_cast<double>(nodes[n.inputs[2]].desc.shape[3]);
-      // Forward: scores and the weighted sum. Gradients (cpu/attention.hpp): the scores twice (the
+      // Forward: scores and the weighted sum. Gradients (backend/cpu/attention.hpp): the scores twice (the
       // row statistics, then the pairs), dp, and the dq, dk, dv sums.
       flops = n.desc.variant == 0 ? 2.0 * pairs * (e + ev) : 2.0 * pairs * (4 * e + 2 * ev);
       for (int in = 0; in < n.n_inputs; ++in) bytes += nodes[n.inputs[in]].desc.shape.size() * eb;

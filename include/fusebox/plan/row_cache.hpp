@@ -2,7 +2,7 @@
 // twins that read an earlier member's value (same_as), and the per-row scratch. A costly member
 // (>= 8 flops of inline work) needed by two or more passes is written to a per-thread row scratch
 // in its first pass and read back later (`cache_slot`). A call where twins differ computes every
-// member inline and uses no scratch (cpu/executor.hpp).
+// member inline and uses no scratch (backend/cpu/executor.hpp).
 // Depends on: plan/planning.hpp.
 #pragma once
 

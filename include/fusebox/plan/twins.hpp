@@ -6,7 +6,7 @@
 // call whose value numbers say they are equal skips it, and its products point at the earlier
 // values (a captured weight's product used twice, an opaque() result that softmax copies four
 // times). Twins inside one row group are planned by `row_cache`. The run-time path has merged
-// twins before planning (jit/merge.hpp) and skips this pass.
+// twins before planning (ir/merge.hpp) and skips this pass.
 // Depends on: plan/planning.hpp.
 #pragma once
 

@@ -1,7 +1,7 @@
 // schedule/tasks.hpp: how a generated loop kernel's work is cut into tasks for the thread pool.
-// One rule per kernel shape, used by every CPU runner (the static executor, cpu/executor.hpp, and
-// the run-time path's host side, jit/program.hpp), so a kernel splits the same way whichever path
-// runs it. (max_autotune may time other splits of a rows kernel: cpu/executor.hpp's tuned_rows.)
+// One rule per kernel shape, used by every CPU runner (the static executor, backend/cpu/executor.hpp, and
+// the run-time path's host side, backend/cpu/generated_program.hpp), so a kernel splits the same way whichever path
+// runs it. (max_autotune may time other splits of a rows kernel: backend/cpu/executor.hpp's tuned_rows.)
 // Depends on: the standard library only.
 #pragma once
 

@@ -1,0 +1,57 @@
+// backend/cpu/winner_store.hpp: where the CPU's max_autotune winners (backend/cpu/autotune.hpp) persist: the
+// kernel cache directory, as blobs like the CUDA tuners' (backend/cuda/autotune.hpp), under the same
+// trust rules (runtime/disk_cache.hpp: a trusted directory, entries published by one rename, the full
+// key and the content hash checked before use). Key: what is chosen, fusebox's version, the CPU
+// (model and flags, as the kernel keys), the candidate count and the problem (kernel, extents,
+// layouts, dtype, threads). Value: the winner's index, then its name for people reading the cache.
+// Depends on: backend/cpu/autotune.hpp, runtime/{cache_key,disk_cache,kernel_store}.hpp, version.hpp.
+#pragma once
+
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "fusebox/backend/cpu/autotune.hpp"
+#include "fusebox/runtime/cache_key.hpp"
+#include "fusebox/runtime/disk_cache.hpp"
+#include "fusebox/runtime/kernel_store.hpp"
+#include "fusebox/version.hpp"
+
+namespace fusebox::jit {
+
+class cpu_winner_store final : public cpu::autotune::store {
+ public:
+  /// The process's store (the default cache directory, checked once).
+  static cpu_winner_store& instance() {
+    static cpu_winner_store* s = new cpu_winner_store;  // never destroyed, like the kernel store
+    return *s;
+  }
+
+  std::optional<std::size_t> load(const std::string& problem, std::size_t candidates) override {
+    if (!disk_.enabled()) return std::nullopt;
+    const auto blob = disk_.lookup_blob(key_for(problem, candidates));
+    std::size_t i = 0;
+    if (!blob || std::sscanf(blob->c_str(), "%zu", &i) != 1) return std::nullopt;
+    return i;
+  }
+  void save(const std::string& problem, std::size_t candidates, std::size_t winner, const std::string& name) override {
+    if (disk_.enabled()) disk_.store_blob(key_for(problem, candidates), std::to_string(winner) + " " + name + "\n");
+  }
+  std::string where() const override {
+    return disk_.enabled() ? disk_.directory().string() : "memory only (cache disabled: " + disk_.disabled_reason() + ")";
+  }
+
+ private:
+  static cache_key key_for(const std::string& problem, std::size_t candidates) {
+    cache_key key;
+    key.add("fusebox", version_string)
+        .add("what", "CPU max_autotune choice")
+        .add("cpu", detail::cpu_identity())
+        .add("candidates", candidates)
+        .add("problem", problem);
+    return key;
+  }
+  disk_cache disk_;
+};
+
+}  // namespace fusebox::jit
