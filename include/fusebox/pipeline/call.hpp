@@ -143,8 +143,8 @@ std::optional<Outs> run(function_state& st, typename Prog::frame_t& f, std::size
     } else {
       auto prog = fn.select(facts, st.opts, st.hints, who);
       if (!prog) return std::nullopt;
-      if (remembers) kept = fn.remember(D::entry_for(std::move(facts), std::move(prog)));
-      else local.emplace(D::entry_for(std::move(facts), std::move(prog)));
+      if (remembers) kept = fn.remember(std::move(facts), std::move(prog));
+      else local.emplace(std::move(facts), std::move(prog));  // the call's shapes, made in place
     }
     const entry_t& e = kept ? *kept : *local;
     Outs outs = outputs_at<Outs, Prog>(e.concrete);
@@ -174,7 +174,7 @@ std::string describe(function_state& st, typename Prog::frame_t& f, std::size_t 
                     "; guards of the specialisations (sN: symbolic):\n";
     for (const auto& g : fn.guards()) s += "    " + g.text() + "\n";
     if (!prog) return s + "  this call runs eagerly (recompile limit reached or its code failed to compile)\n";
-    const auto e = D::entry_for(std::move(facts), prog);
+    const typename D::fast_entry e(std::move(facts), prog);
     return s + B::template describe_dynamic<D>(*prog, e.concrete, st.backend_state<B>());
   }
 }

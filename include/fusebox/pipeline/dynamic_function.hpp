@@ -142,7 +142,9 @@ class dynamic_function {
   struct fast_entry {
     call_facts facts;
     std::shared_ptr<const program_t> prog;
-    std::array<ir::node, NB> concrete;  ///< specialise(prog->graph, extents)
+    std::array<ir::node, NB> concrete;  ///< specialise(prog->graph, extents), made in place (no copy)
+    fast_entry(call_facts c, std::shared_ptr<const program_t> p)
+        : facts(std::move(c)), prog(std::move(p)), concrete(specialise(prog->graph, facts.extents)) {}
   };
   static constexpr std::size_t fast_entries = fast_path_signatures;
 
@@ -153,15 +155,10 @@ class dynamic_function {
       if (e && same_signature(e->facts, c)) return e;
     return nullptr;
   }
-  /// A call of `prog`: its node shapes at the call's extents.
-  static fast_entry entry_for(call_facts c, std::shared_ptr<const program_t> prog) {
-    fast_entry e{std::move(c), std::move(prog), {}};
-    e.concrete = specialise(e.prog->graph, e.facts.extents);
-    return e;
-  }
-  /// Keeps entry `e` for its signature (the least recently added of fast_entries goes).
-  std::shared_ptr<const fast_entry> remember(fast_entry e) {
-    auto kept = std::make_shared<const fast_entry>(std::move(e));
+  /// Keeps the entry of a call of `prog` for its signature (the least recently added of
+  /// fast_entries goes).
+  std::shared_ptr<const fast_entry> remember(call_facts c, std::shared_ptr<const program_t> prog) {
+    auto kept = std::make_shared<const fast_entry>(std::move(c), std::move(prog));
     std::lock_guard lock(mutex_);
     for (std::size_t i = fast_entries - 1; i > 0; --i) fast_[i] = std::move(fast_[i - 1]);
     fast_[0] = kept;
