@@ -19,6 +19,7 @@ namespace fusebox::backends {
 ///   name                     "cpu", "cuda": for messages and explain()
 ///   caps                     what its kernels can do (schedule::backend_caps): the schedule's input
 ///   target                   the run-time path's target: jit::dynamic_function<Prog, target>
+///   records_graphs           whether reduce_overhead records a call to replay it (CUDA graphs)
 ///   tensor<T, S>             the tensor a call's results are (host memory, device memory)
 ///   state                    what one compiled function keeps on it between calls (thread pool,
 ///                            arena, stream, CUDA graphs)
@@ -36,6 +37,7 @@ concept Backend = requires(const options& o) {
   { B::name } -> std::convertible_to<const char*>;
   { B::caps } -> std::convertible_to<schedule::backend_caps>;
   typename B::target;
+  { B::records_graphs } -> std::convertible_to<bool>;
   typename B::state;
   typename B::template tensor<float, shape<1>>;
   { B::modes_text(o) } -> std::same_as<std::string>;

@@ -25,6 +25,8 @@ struct cpu_backend {
   static constexpr const char* name = "cpu";
   static constexpr schedule::backend_caps caps = schedule::cpu_caps;
   using target = jit::cpu_target;
+  /// Records no call graphs (reduce_overhead on the CPU is the guard fast path alone).
+  static constexpr bool records_graphs = false;
   template <class T, class S>
   using tensor = fusebox::tensor<T, S>;
 

@@ -28,6 +28,8 @@ struct cuda_backend {
   static constexpr const char* name = "cuda";
   static constexpr schedule::backend_caps caps = schedule::cuda_caps;
   using target = jit::cuda_target;
+  /// Records a call as a graph to replay (reduce_overhead): CUDA graphs.
+  static constexpr bool records_graphs = true;
   template <class T, class S>
   using tensor = cuda::tensor<T, S>;
 

@@ -131,10 +131,11 @@ std::optional<Outs> run(function_state& st, typename Prog::frame_t& f, std::size
     using entry_t = typename D::fast_entry;
     D& fn = st.dynamic_for<D>();
     jit::call_facts facts = D::facts(f, n_args);
-    const bool record_graph = st.graph_size_allowed(facts);
     // reduce_overhead (and max_autotune, which includes it): an exact repeat of a call signature
-    // skips the guards and the specialisation (jit::dynamic_function::fast).
+    // skips the guards and the specialisation (jit::dynamic_function::fast), and where the back
+    // end records graphs (CUDA) the call may be recorded (compiled::cudagraph_sizes decides).
     const bool remembers = st.opts.mode != mode::default_;
+    const bool record_graph = B::records_graphs && remembers && st.graph_size_allowed(facts);
     std::shared_ptr<const entry_t> kept = remembers ? fn.fast(facts) : nullptr;
     std::optional<entry_t> local;
     if (kept) {
@@ -167,11 +168,12 @@ std::string describe(function_state& st, typename Prog::frame_t& f, std::size_t 
     jit::call_facts facts = D::facts(f, n_args);
     auto prog = fn.select(facts, st.opts, st.hints, "explain");
     const fusebox::dynamic policy = st.opts.dynamic;
+    const char* policy_name = policy == fusebox::dynamic::automatic ? "automatic"
+                              : policy == fusebox::dynamic::always  ? "always"
+                                                                    : "never";
     std::string s = std::string("  run-time path on the ") + B::name + " (" +
                     (Prog::all_static ? "static extents, kernels generated at run time" : "dyn extents") +
-                    "), policy " +
-                    (policy == fusebox::dynamic::automatic ? "automatic" : policy == fusebox::dynamic::always ? "always" : "never") +
-                    "; guards of the specialisations (sN: symbolic):\n";
+                    "), policy " + policy_name + "; guards of the specialisations (sN: symbolic):\n";
     for (const auto& g : fn.guards()) s += "    " + g.text() + "\n";
     if (!prog) return s + "  this call runs eagerly (recompile limit reached or its code failed to compile)\n";
     const typename D::fast_entry e(std::move(facts), prog);
