@@ -117,6 +117,14 @@ struct eager_node<T, sym::spatial<Op, A...>, Values, Nodes> {
     return evaluate(e, fusebox::detail::eager_runtime());
   }
 };
+template <class T, class Op, class... A, class Values, class Nodes>
+struct eager_node<T, sym::custom<Op, A...>, Values, Nodes> {
+  template <class Inputs>
+  static auto run(const Values& values, const Inputs&) {
+    const custom_node<Op, leaf_of<T, A>...> e{{}, {leaf_of<T, A>{{}, operand_value<T, A, Values, Nodes>(values).view()}...}};
+    return evaluate(e, fusebox::detail::eager_runtime());
+  }
+};
 template <class T, class Op, class A, class Ids, class Values, class Nodes>
 struct eager_node<T, sym::gather<Op, A, Ids>, Values, Nodes> {
   template <class Inputs>

@@ -135,6 +135,16 @@ template <class Op, class... A, class Slots, std::size_t Base>
 struct lift<spatial_node<Op, A...>, Slots, Base> {
   using type = typename lift_spatial<spatial_node<Op, A...>, std::index_sequence_for<A...>, Slots, Base>::type;
 };
+template <class P, class Seq, class Slots, std::size_t Base>
+struct lift_custom;
+template <class Op, class... A, std::size_t... I, class Slots, std::size_t Base>
+struct lift_custom<custom_node<Op, A...>, std::index_sequence<I...>, Slots, Base> {
+  using type = sym::custom<Op, lifted_operand<custom_node<Op, A...>, I, Slots, Base>...>;
+};
+template <class Op, class... A, class Slots, std::size_t Base>
+struct lift<custom_node<Op, A...>, Slots, Base> {
+  using type = typename lift_custom<custom_node<Op, A...>, std::index_sequence_for<A...>, Slots, Base>::type;
+};
 template <class Op, class A, class Ids, class Slots, std::size_t Base>
 struct lift<gather_node<Op, A, Ids>, Slots, Base> {
   using P = gather_node<Op, A, Ids>;

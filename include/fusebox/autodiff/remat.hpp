@@ -124,7 +124,7 @@ namespace detail {
 template <class E, class Kids>
 struct rebuild;
 // Templates over types whose operands are the last parameters: pointwise<Op, A...>,
-// matmul<A, B>, view_node<V, A>, spatial<Op, A...>, gather<Op, A, Ids>.
+// matmul<A, B>, view_node<V, A>, spatial<Op, A...>, gather<Op, A, Ids>, custom<Op, A...>.
 template <template <class...> class Tpl, class... Ps, class... K>
 struct rebuild<Tpl<Ps...>, meta::type_list<K...>> {
   template <std::size_t... I>

@@ -20,6 +20,7 @@
 
 #include <cstddef>
 
+#include "fusebox/expr/custom.hpp"
 #include "fusebox/expr/gather.hpp"
 #include "fusebox/expr/grad_nodes.hpp"
 #include "fusebox/expr/node.hpp"
@@ -100,6 +101,16 @@ struct spatial : expr_base {
   static constexpr bool symbolic = (A::symbolic || ...), fullgraph = (A::fullgraph || ...);
 };
 
+template <class Op, class... A>
+struct custom : expr_base {
+  using value_type = typename meta::at_t<0, meta::type_list<A...>>::value_type;
+  using children = meta::type_list<A...>;
+  using op = Op;
+  static constexpr node_desc desc = fusebox::custom_node<Op, detail::stand_in<A>...>::desc;
+  static constexpr bool has_payload = (A::has_payload || ...);
+  static constexpr bool symbolic = (A::symbolic || ...), fullgraph = (A::fullgraph || ...);
+};
+
 template <class Op, class A, class Ids>
 struct gather : expr_base {
   using value_type = typename A::value_type;
@@ -159,6 +170,10 @@ struct to_sym<fusebox::view_node<V, A>> {
 template <class Op, class... A>
 struct to_sym<spatial_node<Op, A...>> {
   using type = sym::spatial<Op, typename to_sym<A>::type...>;
+};
+template <class Op, class... A>
+struct to_sym<custom_node<Op, A...>> {
+  using type = sym::custom<Op, typename to_sym<A>::type...>;
 };
 template <class Op, class A, class Ids>
 struct to_sym<gather_node<Op, A, Ids>> {

@@ -12,7 +12,8 @@
 // operands, weights a model closes over), scalar leaves, pointwise<Op, Args...> (any arity, NumPy
 // broadcasting), reduction<Op, Axis, Keepdim, Arg>, matmul_node<A, B>, view_node<View, Arg>
 // (strides only) and opaque_node<Fn, Arg, Out> (a user function: a graph break). Windowed NCHW
-// ops (conv2d, pooling, their gradients) are spatial_node<Op, Args...> in expr/spatial.hpp.
+// ops (conv2d, pooling, their gradients) are spatial_node<Op, Args...> in expr/spatial.hpp; ops that
+// bring their own kernels (cumsum) are custom_node<Op, Args...> in expr/custom.hpp.
 // Depends on: core/, meta/type_list.hpp, expr/static_checks.hpp.
 #pragma once
 
@@ -33,7 +34,9 @@
 namespace fusebox {
 
 enum class node_kind : std::uint8_t { input, tensor, scalar, pointwise, reduce, matmul, view, opaque, attention, spatial, pad,
-                                      gather };
+                                      gather, custom };
+
+struct custom_kernels;  // expr/custom.hpp: a custom op's shape rule and kernels
 
 // What each kind means to the stages below capture (fused or not, its kernel, its memory): one row
 // per kind in ir/node_kinds.hpp.
@@ -59,6 +62,7 @@ struct node_desc {
   std::size_t vocab = 0;        ///< gather variant 1 (embedding_backward): the weight's rows V
   bool recompute = false;       ///< a forward value the backward computes again (activation memory budget,
                                 ///< autodiff/remat.hpp): the planner fuses it into its consumers, never its producers
+  const custom_kernels* custom = nullptr;  ///< custom nodes: the op's shape rule and kernels (expr/custom.hpp)
 };
 
 /// An op's CUDA spelling (its `device` member), or "" for an op without one (the CUDA code

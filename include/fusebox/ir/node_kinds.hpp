@@ -1,7 +1,8 @@
 // ir/node_kinds.hpp: what every stage below capture needs to know about a kind of node, in one
 // table. The planner, the schedule and the runners ask the table ("is it fused?", "which kernel
 // computes it?", "does it need arena memory?") instead of keeping their own lists of kinds, so a
-// new node kind is one enumerator (expr/node.hpp), one row here and its own files.
+// new node kind is one enumerator (expr/node.hpp), one row here and its own files. A custom op
+// (expr/custom.hpp) needs not even that: its node carries its own shape rule and kernels.
 // Depends on: expr/node.hpp.
 #pragma once
 
@@ -14,11 +15,11 @@ namespace fusebox::ir {
 /// The kinds of kernel a plan is made of (plan/planner.hpp): `rows` and `reduce_cols` are fusion
 /// groups the code generators write; the rest run one node each (a library call or a fixed kernel,
 /// possibly with a generated epilogue), and `copy` writes an output no kernel produces.
-enum class kernel_kind : std::uint8_t { rows, reduce_cols, matmul, opaque, copy, attention, spatial, pad, gather };
+enum class kernel_kind : std::uint8_t { rows, reduce_cols, matmul, opaque, copy, attention, spatial, pad, gather, custom };
 
 constexpr const char* name(kernel_kind k) {
   constexpr const char* names[] = {"rows",      "reduce_cols", "matmul", "opaque", "copy",
-                                   "attention", "spatial",     "pad",    "gather"};
+                                   "attention", "spatial",     "pad",    "gather", "custom"};
   return names[static_cast<int>(k)];
 }
 
@@ -51,13 +52,14 @@ inline constexpr node_kind_traits node_kind_table[] = {
     {node_kind::spatial,   "spatial",   false, false, false, true,  kernel_kind::spatial,     true,  false, false},
     {node_kind::pad,       "pad",       false, false, false, true,  kernel_kind::pad,         false, false, false},
     {node_kind::gather,    "gather",    false, false, false, true,  kernel_kind::gather,      false, false, false},
+    {node_kind::custom,    "custom",    false, false, false, true,  kernel_kind::custom,      false, false, false},
 };
 
 constexpr bool node_kind_table_in_order() {
   int i = 0;
   for (const node_kind_traits& t : node_kind_table)
     if (static_cast<int>(t.kind) != i++) return false;
-  return i == static_cast<int>(node_kind::gather) + 1;
+  return i == static_cast<int>(node_kind::custom) + 1;
 }
 static_assert(node_kind_table_in_order(), "fusebox internal: ir::node_kind_table must list every node_kind in order");
 

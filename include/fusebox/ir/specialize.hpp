@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fusebox/core/errors.hpp"
+#include "fusebox/expr/custom.hpp"
 #include "fusebox/expr/gather.hpp"
 #include "fusebox/expr/spatial.hpp"
 #include "fusebox/ir/graph.hpp"
@@ -180,6 +181,14 @@ std::array<ir::node, N> specialise(const std::array<ir::node, N>& generic, const
       case node_kind::gather: {
         const auto r = fusebox::detail::gather_shape(n.desc.variant, n.desc.vocab, in(0), in(1));
         if (!r.ok) throw shape_error(fusebox::detail::gather_error_text(n.desc.variant, in(0), in(1)), std::source_location{});
+        n.desc.shape = r.out;
+        break;
+      }
+      case node_kind::custom: {
+        dims ins[ir::max_inputs];
+        for (int q = 0; q < n.n_inputs; ++q) ins[q] = in(q);
+        const custom_shape_result r = n.desc.custom->shape(ins, n.n_inputs);
+        if (!r.ok) throw shape_error(n.desc.custom->error(ins, n.n_inputs), std::source_location{});
         n.desc.shape = r.out;
         break;
       }

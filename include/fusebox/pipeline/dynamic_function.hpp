@@ -501,15 +501,18 @@ class dynamic_function {
     std::vector<bool> op_unit;  // rs[i] is kernel which[i]'s op unit (not generated code)
     for (int k = 0; k < p->plan.n_kernels; ++k) {
       const plan::kernel& kn = p->plan.kernels[k];
-      // Spatial, gather and pad nodes: a unit of their own (backend/cuda/spatial_kernels.hpp), in op_kernels;
+      // Spatial, gather, pad and custom nodes: a unit of their own (backend/cuda/spatial_kernels.hpp,
+      // custom_kernels.hpp), in op_kernels;
       // a spatial node's epilogue is rendered below like a matmul's.
       if (kn.kind == plan::kernel_kind::spatial || kn.kind == plan::kernel_kind::gather ||
-          kn.kind == plan::kernel_kind::pad) {
+          kn.kind == plan::kernel_kind::pad || kn.kind == plan::kernel_kind::custom) {
         const ir::node& n = p->nodes[kn.node];
-        rs.push_back(kn.kind == plan::kernel_kind::spatial ? render_cuda_spatial(n, p->storage)
-                     : kn.kind == plan::kernel_kind::gather
-                         ? render_cuda_gather(n, p->nodes[n.inputs[1]].desc.shape.rank, p->storage)
-                         : render_cuda_pad(n, p->storage));
+        dims in[ir::max_inputs];
+        for (int q = 0; q < n.n_inputs; ++q) in[q] = p->nodes[n.inputs[q]].desc.shape;
+        rs.push_back(kn.kind == plan::kernel_kind::spatial  ? render_cuda_spatial(n, p->storage)
+                     : kn.kind == plan::kernel_kind::gather ? render_cuda_gather(n, in[1].rank, p->storage)
+                     : kn.kind == plan::kernel_kind::custom ? render_cuda_custom(n, in, p->storage)
+                                                            : render_cuda_pad(n, p->storage));
         which.push_back(k);
         op_unit.push_back(true);
         if (!generated(kn)) continue;

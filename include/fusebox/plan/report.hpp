@@ -3,13 +3,14 @@
 // adds how it runs each kernel (vector width and threads, a generated kernel, a library call).
 // Read by explain() through the back ends (backend/cpu.hpp, backend/cuda.hpp) and by the
 // profiler, whose spans are named by kernel_ops().
-// Depends on: plan/plan.hpp, ir/graph.hpp.
+// Depends on: plan/plan.hpp, ir/graph.hpp, expr/custom.hpp (a custom op's summary).
 #pragma once
 
 #include <array>
 #include <cstdio>
 #include <string>
 
+#include "fusebox/expr/custom.hpp"
 #include "fusebox/ir/graph.hpp"
 #include "fusebox/plan/plan.hpp"
 
@@ -62,7 +63,8 @@ std::string kernel_ops(const std::array<ir::node, N>& nodes, const plan_t<N>& pl
     case plan::kernel_kind::opaque: return "opaque (user function: graph break)";
     case plan::kernel_kind::attention:
       return std::string(nodes[kn.node].desc.name) + (nodes[kn.node].desc.causal ? " (causal)" : "");
-    case plan::kernel_kind::gather: return nodes[kn.node].desc.name;
+    case plan::kernel_kind::gather:
+    case plan::kernel_kind::custom: return nodes[kn.node].desc.name;
     case plan::kernel_kind::pad:
       return nodes[kn.node].n_inputs == 1 ? "pad (a slice's gradient)"
                                           : "pad (the gradients of adjacent slices, side by side)";
@@ -188,6 +190,16 @@ std::string describe_kernels(const std::array<ir::node, N>& nodes, const plan_t<
                                                       : a.size() + ids.size() + kn.space.size()) *
               static_cast<double>(eb);
       flops = n.desc.variant == 0 ? 0.0 : static_cast<double>(a.size());
+    } else if (kn.kind == plan::kernel_kind::custom) {
+      const ir::node& n = nodes[kn.node];
+      dims ins[ir::max_inputs];
+      for (int in = 0; in < n.n_inputs; ++in) {
+        ins[in] = nodes[n.inputs[in]].desc.shape;
+        bytes += ins[in].size() * eb;
+      }
+      bytes += n.desc.shape.size() * eb;
+      flops = n.desc.flops * static_cast<double>(n.desc.shape.size());
+      loop = n.desc.custom->summary(ins, n.n_inputs, n.desc.shape) + ", the op's own kernel";
     } else if (kn.kind == plan::kernel_kind::pad) {
       const ir::node& n = nodes[kn.node];
       loop.clear();

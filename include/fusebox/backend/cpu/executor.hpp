@@ -17,6 +17,7 @@
 //   attention    attention() or one of its gradient kernels (backend/cpu/attention.hpp, by desc.variant).
 //   pad          a slice's gradient: zeros around its operand (backend/cpu/attention.hpp's pad()).
 //   gather       embedding() or its scatter-add gradient (backend/cpu/gather.hpp, by desc.variant).
+//   custom       a custom op's own host kernel (expr/custom.hpp), e.g. cumsum.
 //   copy         an output that is a leaf or a view.
 // The vector body runs on xsimd batches and the tail on scalars through the same evaluator; inputs
 // with an inner stride other than 0 or 1 take a scalar strided path.
@@ -47,6 +48,7 @@
 #include "fusebox/backend/cpu/spatial_epilogue.hpp"
 #include "fusebox/backend/cpu/thread_pool.hpp"
 #include "fusebox/core/tensor.hpp"
+#include "fusebox/expr/custom.hpp"
 #include "fusebox/expr/gather.hpp"
 #include "fusebox/expr/spatial.hpp"
 #include "fusebox/ir/graph.hpp"
@@ -212,6 +214,12 @@ struct basic_program {
                                               shape_at(f, nd.inputs[1]))
                     .out;
             break;
+          case node_kind::custom: {
+            dims ins[ir::max_inputs];
+            for (int k = 0; k < nd.n_inputs; ++k) ins[k] = shape_at(f, nd.inputs[k]);
+            s = nd.desc.custom->shape(ins, nd.n_inputs).out;
+            break;
+          }
           default:
             s = nd.desc.shape;
         }
@@ -310,6 +318,12 @@ struct basic_program {
     else if constexpr (kn.kind == plan::kernel_kind::gather) {
       constexpr int I = kn.node;
       cpu::run_gather(nodes[I].desc, f.loc[nodes[I].inputs[0]], f.loc[nodes[I].inputs[1]], f.loc[I], *f.pool);
+    }
+    else if constexpr (kn.kind == plan::kernel_kind::custom) {
+      constexpr int I = kn.node;
+      strided<T> in[ir::max_inputs];
+      for (int q = 0; q < nodes[I].n_inputs; ++q) in[q] = f.loc[nodes[I].inputs[q]];
+      run_custom(*nodes[I].desc.custom, in, nodes[I].n_inputs, f.loc[I], *f.pool);
     }
     else run_copy<K>(f);
   }

@@ -20,6 +20,7 @@
 #include "fusebox/backend/cpu/gemm.hpp"
 #include "fusebox/backend/cpu/invoke.hpp"
 #include "fusebox/backend/cpu/spatial.hpp"
+#include "fusebox/expr/custom.hpp"
 #include "fusebox/jit/kernel_abi.hpp"
 #include "fusebox/ops/layout.hpp"
 #include "fusebox/plan/at_extents.hpp"
@@ -128,6 +129,13 @@ struct program {
           strided<T> in[ir::max_inputs];
           for (int k = 0; k < n.n_inputs; ++k) in[k] = f.loc[n.inputs[k]];
           cpu::pad(in, n.n_inputs, f.loc[kn.node], static_cast<std::size_t>(n.desc.axis), n.desc.view_start, *rt.pool);
+          break;
+        }
+        case plan::kernel_kind::custom: {
+          const ir::node& n = nodes[kn.node];
+          strided<T> in[ir::max_inputs];
+          for (int q = 0; q < n.n_inputs; ++q) in[q] = f.loc[n.inputs[q]];
+          run_custom(*n.desc.custom, in, n.n_inputs, f.loc[kn.node], *rt.pool);
           break;
         }
       }

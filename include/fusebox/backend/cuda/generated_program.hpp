@@ -33,6 +33,7 @@
 #include "fusebox/backend/cuda/autotune.hpp"
 #include "fusebox/backend/cuda/codegen.hpp"
 #include "fusebox/backend/cuda/cublaslt.hpp"
+#include "fusebox/backend/cuda/custom_kernels.hpp"
 #include "fusebox/backend/cuda/graph_cache.hpp"
 #include "fusebox/backend/cuda/memory.hpp"
 #include "fusebox/backend/cuda/module.hpp"
@@ -81,8 +82,8 @@ struct cuda_program {
   dtype storage = dtype::f32;
   std::array<rendered_cuda_kernel, N + 1> kernels{};  ///< generated kernels (others empty)
   std::array<cuda::CUfunction, N + 1> wide_entry{}, vector_entry{}, scalar_entry{};
-  /// Spatial, gather and pad kernels (backend/cuda/spatial_kernels.hpp): the op's unit and its two stages; a
-  /// spatial node's epilogue, if any, is in `kernels` like a matmul's.
+  /// Spatial, gather, pad and custom kernels (backend/cuda/spatial_kernels.hpp, custom_kernels.hpp): the op's
+  /// unit and its two stages; a spatial node's epilogue, if any, is in `kernels` like a matmul's.
   std::array<rendered_cuda_kernel, N + 1> op_kernels{};
   std::array<cuda::CUfunction, N + 1> op_first{}, op_second{};
   std::vector<std::shared_ptr<cuda::module>> modules;  ///< what the entry points live in (kept loaded)
@@ -317,6 +318,14 @@ struct cuda_program {
           for (int q = 0; q < n.n_inputs; ++q) in[q] = f.loc[n.inputs[q]];
           profile::scoped_span span(op_kernels[k].summary, "kernel");
           launch_pad(op_kernels[k], op_first[k], n, in, f.loc[kn.node], on);
+          break;
+        }
+        case plan::kernel_kind::custom: {
+          const ir::node& n = nodes[kn.node];
+          strided<T> in[ir::max_inputs];
+          for (int q = 0; q < n.n_inputs; ++q) in[q] = f.loc[n.inputs[q]];
+          profile::scoped_span span(op_kernels[k].summary, "kernel");
+          launch_custom(op_kernels[k], op_first[k], n, in, f.loc[kn.node], on);
           break;
         }
       }
