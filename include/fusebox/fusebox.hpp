@@ -9,6 +9,7 @@
 #include "fusebox/ops/capture.hpp"
 #include "fusebox/ops/composite.hpp"
 #include "fusebox/ops/conv.hpp"
+#include "fusebox/ops/cumsum.hpp"
 #include "fusebox/ops/elementwise.hpp"
 #include "fusebox/ops/embedding.hpp"
 #include "fusebox/ops/layout.hpp"
