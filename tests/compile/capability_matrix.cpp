@@ -592,29 +592,41 @@ TEST_CASE("capability matrix, row 3: graph breaks and fullgraph (CPU)", "[compil
   }
 }
 
-TEST_CASE("capability matrix, row 3: a graph break is refused by the CUDA backend, by name (CUDA)",
-          "[compile][matrix][cuda]") {
+TEST_CASE("capability matrix, row 3: graph breaks and fullgraph (CUDA)", "[compile][matrix][cuda]") {
   cache();
-  // GAP: the CUDA backend runs whole graphs only (pipeline/dynamic_function.hpp run_breaks, backend/cuda/generated_program.hpp):
-  // a model with opaque() or item() cannot run there; the cell checks that the refusal says so.
+  // The segments run on the device, the user function on the host between them (its operand and
+  // result copied: pipeline/dynamic_function.hpp run_breaks). Without a GPU the cells skip: the
+  // segments' programs are built from the call's own extents, which only a call has.
+  const std::string site = std::string(__FILE__) + ":" + std::to_string(break_line);
   auto cell = [&](const auto& x) {
     MATRIX_REQUIRE_GPU();
     auto f = fb::compile(break_model);
     const auto dx = device(x);
-    CHECK_THROWS_AS(f(dx), fb::invalid_argument);
-    CHECK_THROWS_WITH(f(dx), Catch::Contains("graph break (opaque user function or item())") &&
-                                 Catch::Contains("CUDA backend runs whole graphs only"));
+    for (int call = 0; call < 2; ++call) {
+      user_calls = 0;
+      const auto y = f(dx).to_host();
+      CHECK(user_calls == 1);
+      check_values(y, softmax_rows(x, 2.0), {1e-6, 1e-5}, "softmax(opaque(2 x)) on the GPU");
+    }
+    auto strict = fb::compile(break_model, {.fullgraph = true});
+    CHECK_THROWS_AS(strict(dx), fb::graph_break);
+    CHECK_THROWS_WITH(strict(dx), Catch::Contains("opaque() under fullgraph") && Catch::Contains(site));
   };
   bx_static x;
   fbt::fill_signed(x, 33, 0.05, 2.0);
   SECTION("graph breaks / static CUDA") { cell(x); }
-  SECTION("graph breaks / run-time CUDA") { cell(dyn_batch(x)); }
+  SECTION("graph breaks / run-time CUDA") {
+    for (std::size_t n : {6u, 11u}) {
+      INFO("batch " << n);
+      cell(random_batch<bx_dyn::shape_type>(n, 32 + n, 0.05, 2.0));
+    }
+  }
 }
 
 // ================================================================================================
 // Row 4. value numbering: a value the model's code computes once is computed once per call, though
-// softmax copies it into each of its passes. CPU: a user function's calls, counted; CUDA (which
-// refuses opaque(), row 3): a product's cuBLASLt calls.
+// softmax copies it into each of its passes. CPU: a user function's calls, counted (row 3 counts
+// them on the GPU too); CUDA: a product's cuBLASLt calls.
 // ================================================================================================
 
 TEST_CASE("capability matrix, row 4: value numbering computes a copied value once (CPU)", "[compile][matrix]") {
@@ -987,11 +999,9 @@ TEST_CASE("capability matrix, row 9: the nn training step on a dyn batch equals 
   }
 }
 
-// nn::compile_step holds the model's host parameters, and a call may not mix host and device
-// tensors (a build error, compile.hpp's call_cuda): GAP: compile_step has no device form. The cells
-// compile the step's own objective (nn::detail::objective, what compile_step differentiates) with
-// the parameters uploaded, as examples/train_fashion_mnist.cpp's GPU path does, and compare with
-// the eager step of the double model (the same numbers: make_net rounds them to float).
+// The nn step on the GPU: nn::to_device(model) uploads the parameters once and compile_step over it
+// takes device x and targets (nn/device.hpp); compared with the eager step of the double model (the
+// same numbers: make_net rounds them to float).
 TEST_CASE("capability matrix, row 9: the nn training step on a dyn batch equals the eager step (CUDA)",
           "[compile][matrix][cuda]") {
   cache();
@@ -1005,32 +1015,33 @@ TEST_CASE("capability matrix, row 9: the nn training step on a dyn batch equals 
       for (std::size_t k = 0; k < pd[i].size(); ++k) pf[i].data[k] = static_cast<float>(pd[i].data[k]);
   }
   auto eager = nn::eager_step(md, nn::mse_loss_fn{}, nn::eval);
-  using objective = nn::detail::objective<net<float>, nn::eval_mode, nn::mse_loss_fn>;
-  constexpr auto wrt_params = nn::detail::wrt_from<2>(std::make_index_sequence<net<float>::param_count>{});
-  auto step = fb::compile(fb::value_and_grad(objective{}, wrt_params));
   auto to_float = [](const auto& t) {
     fb::tensor<float, typename std::remove_cvref_t<decltype(t)>::shape_type> f(t.extents());
     for (std::size_t i = 0; i < t.size(); ++i) f.flat(i) = static_cast<float>(t.flat(i));
     return f;
   };
-  auto run = [&](const auto& x, const auto& t) {
-    const auto params = std::apply([](const auto&... p) { return std::make_tuple(device(p)...); }, mf.param_refs());
-    auto [l, g] = std::apply([&](const auto&... p) { return step(device(to_float(x)), device(to_float(t)), p...); }, params);
+  // Built only where a GPU is (uploading needs one); the step is made once per cell.
+  auto run = [&](auto& step, const auto& x, const auto& t) {
+    auto [l, g] = step(device(to_float(x)), device(to_float(t)));
     auto host = std::apply([](const auto&... gi) { return std::make_tuple(gi.to_host()...); }, g);
     return std::make_pair(l.to_host(), host);
   };
   SECTION("nn step / static CUDA") {
     MATRIX_REQUIRE_GPU();
+    auto gpu = nn::to_device(mf);
+    auto step = nn::compile_step(gpu, nn::mse_loss_fn{}, nn::eval);
     const auto [x, t] = step_inputs<7>(95);
-    const auto [la, ga] = run(x, t);
+    const auto [la, ga] = run(step, x, t);
     auto [lb, gb] = eager(x, t);
     check_step(la, ga, lb, gb, 1e-5, "static batch 7");
   }
   SECTION("nn step / run-time CUDA") {
     MATRIX_REQUIRE_GPU();
+    auto gpu = nn::to_device(mf);
+    auto step = nn::compile_step(gpu, nn::mse_loss_fn{}, nn::eval);
     auto one = [&]<std::size_t B>(std::uint64_t seed) {
       const auto [xs, ts] = step_inputs<B>(seed);
-      const auto [la, ga] = run(dyn_batch(xs), dyn_batch(ts));
+      const auto [la, ga] = run(step, dyn_batch(xs), dyn_batch(ts));
       auto [lb, gb] = eager(xs, ts);
       check_step(la, ga, lb, gb, 1e-5, "dyn batch " + std::to_string(B));
     };

@@ -15,7 +15,9 @@
 // baseline, and the reference the compiled step is tested against). A compiled step over x with a
 // `dyn` batch runs on the run-time path (autodiff/grad.hpp), recompiling only as the forward would,
 // for models without random inputs in the mode (dropout's masks are made for a static batch).
-// Depends on: nn/module.hpp, autodiff/grad.hpp, compile.hpp.
+// On the GPU: nn::to_device(model) (nn/device.hpp) and compile_step / compile_forward over it, with
+// cuda::tensor inputs.
+// Depends on: nn/module.hpp, nn/device.hpp, autodiff/grad.hpp, compile.hpp.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,7 @@
 
 #include "fusebox/autodiff/grad.hpp"
 #include "fusebox/compile.hpp"
+#include "fusebox/nn/device.hpp"
 #include "fusebox/nn/loss.hpp"
 #include "fusebox/nn/module.hpp"
 
@@ -81,8 +84,9 @@ constexpr std::size_t batch_of() {
 
 }  // namespace detail
 
-/// A training step over a model (held by reference: it must outlive the step).
-template <class Model, class Mode, class Loss, bool Compiled>
+/// A training step over a model (held by reference: it must outlive the step). Holder is the
+/// model, or its parameters on the GPU (nn/device.hpp's device_model<Model>).
+template <class Model, class Mode, class Loss, bool Compiled, class Holder = Model>
 class step_fn {
   using objective = detail::objective<Model, Mode, Loss>;
   static constexpr auto wrt_params =
@@ -92,7 +96,7 @@ class step_fn {
   static_assert(Model::param_count >= 1, "fusebox::nn step: the model has no parameters to train");
 
  public:
-  step_fn(Model& model, Loss loss, options opts, std::uint64_t seed)
+  step_fn(Holder& model, Loss loss, options opts, std::uint64_t seed)
       : model_(model), run_(make(std::move(loss), opts)), seed_(seed) {}
 
   /// (loss, gradients): gradients as a std::tuple in the order of model.parameters() (a bare
@@ -122,7 +126,7 @@ class step_fn {
     if constexpr (Compiled) return fusebox::compile(std::move(g), opts);
     else return g;
   }
-  Model& model_;
+  Holder& model_;
   run_t run_;
   std::uint64_t seed_;
   std::uint64_t counter_ = 0;
@@ -133,6 +137,12 @@ template <class Model, class Loss, class Mode = train_mode>
 auto compile_step(Model& model, Loss loss, Mode = {}, options opts = {}, std::uint64_t seed = 0) {
   return step_fn<Model, Mode, Loss, true>(model, std::move(loss), opts, seed);
 }
+/// A compiled training step on the GPU: x and the target are cuda::tensors (a dyn batch too), the
+/// parameters are the device_model's, the gradients device tensors (nn/device.hpp).
+template <class Model, class Loss, class Mode = train_mode>
+auto compile_step(device_model<Model>& model, Loss loss, Mode = {}, options opts = {}, std::uint64_t seed = 0) {
+  return step_fn<Model, Mode, Loss, true, device_model<Model>>(model, std::move(loss), opts, seed);
+}
 /// The same step run op by op.
 template <class Model, class Loss, class Mode = train_mode>
 auto eager_step(Model& model, Loss loss, Mode = {}, std::uint64_t seed = 0) {
@@ -140,8 +150,8 @@ auto eager_step(Model& model, Loss loss, Mode = {}, std::uint64_t seed = 0) {
 }
 
 /// A compiled inference function, eval mode by default: `infer(x)` reads the model's current
-/// parameters at each call.
-template <class Model, class Mode = eval_mode>
+/// parameters at each call (Holder: the model, or its device_model).
+template <class Model, class Mode = eval_mode, class Holder = Model>
 class forward_fn {
   static_assert(Model::template random_count<Mode> == 0,
                 "fusebox::nn::compile_forward: in this mode the model takes random inputs (dropout in train "
@@ -149,20 +159,25 @@ class forward_fn {
   using run_t = decltype(fusebox::compile(detail::inference<Model, Mode>{}));
 
  public:
-  forward_fn(Model& model, options opts) : model_(model), run_(fusebox::compile(detail::inference<Model, Mode>{}, opts)) {}
+  forward_fn(Holder& model, options opts) : model_(model), run_(fusebox::compile(detail::inference<Model, Mode>{}, opts)) {}
   template <class X>
   auto operator()(const X& x) {
     return std::apply([&](const auto&... p) { return run_(x, p...); }, model_.param_refs());
   }
 
  private:
-  Model& model_;
+  Holder& model_;
   run_t run_;
 };
 
 template <class Model, class Mode = eval_mode>
 auto compile_forward(Model& model, Mode = {}, options opts = {}) {
   return forward_fn<Model, Mode>(model, opts);
+}
+/// The compiled forward on the GPU: x a cuda::tensor, the device_model's parameters.
+template <class Model, class Mode = eval_mode>
+auto compile_forward(device_model<Model>& model, Mode = {}, options opts = {}) {
+  return forward_fn<Model, Mode, device_model<Model>>(model, opts);
 }
 
 /// The model on x, eagerly (op by op), in eval mode unless told.

@@ -199,12 +199,11 @@ class dynamic_function {
   /// computes the operands of level L (specialised for the arguments and the results of lower
   /// levels, guarded and cached like a call's program), then those opaque() functions, whose
   /// results are checked against the declared type, bound in f and written to the break entries.
-  /// The CUDA target runs whole graphs only.
+  /// On the CUDA target the segments run on the device and each user function on the host, as
+  /// in torch.compile's eager fallback: the call's stream is synchronised, the operand copied to
+  /// host memory, the function's result copied back to device memory of its own (run_break_on_host).
   static void run_breaks(typename Prog::frame_t& f, call_facts& c, std::size_t n_args) {
-    if constexpr (on_cuda) {
-      throw invalid_argument("fusebox: a graph break (opaque user function or item()) in a model compiled for "
-                             "the CUDA backend; the CUDA backend runs whole graphs only");
-    } else {
+    {
       for (std::size_t i = 0; i < N; ++i) {
         const ir::node& n = Prog::nodes[i];
         if (n.desc.kind != node_kind::opaque) continue;
@@ -231,18 +230,37 @@ class dynamic_function {
           seg.payload[i] = f.payload[i];
         }
         // Computed roots get memory of their own, alive for the call (the segment's arena is
-        // reused, and a user function may return a view of its operand).
+        // reused, and a user function may return a view of its operand); on the device, buffers
+        // kept per model type and reused by the next call (it synchronises before writing them).
         std::array<storage_ptr, NB> owned{};
         for (int r : roots) {
           const node_kind k = prog->graph[r].desc.kind;
-          if (owned[r] || ir::is_leaf_kind(k) || k == node_kind::view || k == node_kind::opaque) continue;
+          if (seg_owned(owned, r) || ir::is_leaf_kind(k) || k == node_kind::view || k == node_kind::opaque) continue;
           const dims& shape = concrete[r].desc.shape;
-          owned[r] = allocate_storage(std::max<std::size_t>(1, shape.size()) * sizeof(T));
-          seg.loc[r] = strided<T>{reinterpret_cast<T*>(owned[r].get()), shape, contiguous_strides(shape)};
+          const std::size_t bytes = std::max<std::size_t>(1, shape.size()) * sizeof(T);
+          T* at_memory = nullptr;
+          if constexpr (on_cuda) {
+            cuda::device_buffer& b = break_buffers()[static_cast<std::size_t>(r)];
+            b.ensure(bytes);
+            at_memory = reinterpret_cast<T*>(b.get());
+            owned[r] = storage_ptr(std::shared_ptr<void>{}, reinterpret_cast<std::byte*>(at_memory));
+          } else {
+            owned[r] = allocate_storage(bytes);
+            at_memory = reinterpret_cast<T*>(owned[r].get());
+          }
+          seg.loc[r] = strided<T>{at_memory, shape, contiguous_strides(shape)};
         }
-        cpu::runtime& rt = segment_runtime();
-        seg.pool = rt.pool;
-        prog->run(seg, concrete, rt, [&f, &prog](int id, cpu::frame<T, NB>& gf) { bind_break(*prog, f, id, gf); });
+        auto& rt = segment_runtime();
+        if constexpr (on_cuda) {
+          if (prog->storage != dtype::f32)
+            throw invalid_argument("fusebox: a graph break (opaque user function or item()) on the CUDA backend "
+                                   "needs float32 storage; this model stores " + std::string(fusebox::name(prog->storage)));
+          prog->run(seg, concrete, rt);
+          rt.stream.sync();  // the operands are read on the host next
+        } else {
+          seg.pool = rt.pool;
+          prog->run(seg, concrete, rt, [&f, &prog](int id, cpu::frame<T, NB>& gf) { bind_break(*prog, f, id, gf); });
+        }
         for (std::size_t o = 0; o < N; ++o) {
           if (g[o].desc.kind != node_kind::opaque || level[o] != at) continue;
           // The function reads its operand where the model's own graph has it (merging may have
@@ -250,7 +268,8 @@ class dynamic_function {
           const int r = g[o].inputs[0], own = Prog::nodes[o].inputs[0];
           f.loc[own] = seg.loc[r];
           if (owned[r]) f.keep[own] = owned[r];
-          Prog::run_opaque_at(static_cast<int>(o), f);
+          if constexpr (on_cuda) run_break_on_host(static_cast<int>(o), own, f);
+          else Prog::run_opaque_at(static_cast<int>(o), f);
           check_break_result(static_cast<int>(o), f);
           c.extents[g[o].desc.input_index] = f.loc[o].shape;
         }
@@ -268,6 +287,50 @@ class dynamic_function {
     }
   }
 
+  static bool seg_owned(const std::array<storage_ptr, NB>& owned, int r) { return owned[static_cast<std::size_t>(r)] != nullptr; }
+
+  /// The device memory of a model's graph-break values (segment roots, user functions' results),
+  /// per node, kept per thread and model type and reused by the next call.
+  static std::array<cuda::device_buffer, NB>& break_buffers() {
+    thread_local std::array<cuda::device_buffer, NB> buffers;
+    return buffers;
+  }
+
+  /// User function o of a call on the CUDA backend (the stream is synchronised): its operand, at
+  /// f.loc[own] in device memory, copied to host memory (the span its strides cover, so the
+  /// function sees the same view), the function run as on the host backend, and its result
+  /// copied, packed, into device memory; f.loc[o] is then that.
+  static void run_break_on_host(int o, int own, typename Prog::frame_t& f) {
+    const strided<T> dev = f.loc[own];
+    std::size_t span = dev.shape.size() == 0 ? 0 : 1;
+    for (std::size_t d = 0; d < dev.shape.rank && span; ++d) {
+      if (dev.stride[d] < 0)
+        throw invalid_argument("fusebox internal: a graph break's operand on the CUDA backend has a negative stride");
+      span += (dev.shape.extent[d] - 1) * static_cast<std::size_t>(dev.stride[d]);
+    }
+    typename Prog::frame_t host = f;
+    host.keep[own] = allocate_storage(std::max<std::size_t>(1, span) * sizeof(T));
+    cuda::copy_to_host(host.keep[own].get(), reinterpret_cast<cuda::CUdeviceptr>(dev.data), span * sizeof(T));
+    host.loc[own] = strided<T>{reinterpret_cast<T*>(host.keep[own].get()), dev.shape, dev.stride};
+    Prog::run_opaque_at(o, host);
+    const strided<T>& out = host.loc[o];
+    const dims shape = out.shape;
+    strided<T> packed{nullptr, shape, contiguous_strides(shape)};
+    storage_ptr packed_memory;
+    if (out.contiguous()) {
+      packed.data = out.data;
+    } else {
+      packed_memory = allocate_storage(std::max<std::size_t>(1, shape.size()) * sizeof(T));
+      packed.data = reinterpret_cast<T*>(packed_memory.get());
+      cpu::strided_copy(out, packed);
+    }
+    cuda::device_buffer& b = break_buffers()[static_cast<std::size_t>(o)];
+    b.ensure(std::max<std::size_t>(1, shape.size()) * sizeof(T));
+    cuda::copy_to_device(b.get(), packed.data, shape.size() * sizeof(T));
+    f.loc[o] = strided<T>{reinterpret_cast<T*>(b.get()), shape, contiguous_strides(shape)};
+    f.keep[o] = nullptr;
+  }
+
   /// Among the opaque() nodes, the rank of node o.
   static std::size_t break_rank(std::size_t o) {
     std::size_t j = 0;
@@ -276,10 +339,16 @@ class dynamic_function {
   }
 
   /// The runtime segments run on (not the eager one: a user function's own eager ops use that).
-  static cpu::runtime& segment_runtime() {
-    thread_local cpu::runtime rt;
-    rt.pool = &cpu::shared_pool(std::max(1u, std::thread::hardware_concurrency()));
-    return rt;
+  /// On the CUDA target, a runtime on the calls' stream (cuda::work_stream) with its own arena.
+  static auto& segment_runtime() {
+    if constexpr (on_cuda) {
+      thread_local cuda_runtime rt;
+      return rt;
+    } else {
+      thread_local cpu::runtime rt;
+      rt.pool = &cpu::shared_pool(std::max(1u, std::thread::hardware_concurrency()));
+      return rt;
+    }
   }
 
   /// The program of segment `at` for this call: one whose guard accepts it, or a new one (policy
@@ -481,7 +550,7 @@ class dynamic_function {
   /// `fast_math`: NVRTC --use_fast_math on the CUDA target, vmath::fast in generated host kernels.
   static std::shared_ptr<const program_t> build(const guard& g, bool fast_math = false, int segment = last_segment) {
     if constexpr (on_cuda) {
-      return build_cuda(g, fast_math);
+      return build_cuda(g, fast_math, segment);
     } else {
       prepared p = prepare(g, fast_math, segment);
       auto bins = kernel_store::instance().get_all(p.sources);
@@ -491,10 +560,10 @@ class dynamic_function {
 
   /// The CUDA program of one guard: the same specialisation and plan, kernels rendered as CUDA and
   /// compiled by NVRTC (a unit per kernel, in parallel). An NVRTC failure becomes a compile_failure (source and log kept).
-  static std::shared_ptr<const program_t> build_cuda(const guard& g, bool fast_math) {
+  static std::shared_ptr<const program_t> build_cuda(const guard& g, bool fast_math, int segment = last_segment) {
     profile::scoped_span span("CUDA program build", "compile");
     auto p = std::make_shared<program_t>();
-    specialise_into(*p, g);
+    specialise_into(*p, g, segment);
     p->storage = storage_dtype<T>();
     std::vector<rendered_cuda_kernel> rs;
     std::vector<int> which;

@@ -293,8 +293,11 @@ struct cuda_program {
           break;
         }
         case plan::kernel_kind::opaque:
-          throw invalid_argument("fusebox: a graph break (opaque user function or item()) in a model compiled for "
-                                 "the CUDA backend; the CUDA backend runs whole graphs only");
+          // A graph break's user function ran on the host before this program (pipeline/dynamic_function.hpp
+          // run_breaks), which cut the node from its operand and bound its result's device copy.
+          if (nodes[kn.node].n_inputs != 0)
+            throw invalid_argument("fusebox internal: a graph break reached the CUDA runner uncut");
+          break;
         case plan::kernel_kind::spatial: {
           const ir::node& n = nodes[kn.node];
           {
