@@ -30,7 +30,7 @@ for a in "$@"; do
   esac
 done
 build=${BUILD:-$root/build-gpu}
-cuda_tagged="fusebox_test_ops_special_values fusebox_test_compile_backend fusebox_test_autodiff_grad fusebox_test_compile_capability_matrix"
+cuda_tagged="fusebox_test_ops_special_values fusebox_test_ops_cumsum fusebox_test_compile_backend fusebox_test_autodiff_grad fusebox_test_compile_capability_matrix"
 jobs=$(nproc)
 export FUSEBOX_CACHE_DIR=${FUSEBOX_CACHE_DIR:-$build/fusebox-cache}
 step() { local t0=$SECONDS; echo "==> $1"; shift; "$@"; local rc=$?; echo "==> rc=$rc ($((SECONDS - t0)) s)"; return $rc; }

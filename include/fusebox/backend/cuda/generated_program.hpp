@@ -271,7 +271,9 @@ struct cuda_program {
           if (kn.group >= 0 && !fused.whole) launch(f, p, concrete, k, kn, dev, on, tune, may_time);
           break;
         }
-        case plan::kernel_kind::copy: copy(f.loc[kn.node], f.copy_to[kn.node], on); break;
+        case plan::kernel_kind::copy:  // none for a graph-break segment's root that is a leaf or a view
+          if (f.copy_to[kn.node].data) copy(f.loc[kn.node], f.copy_to[kn.node], on);
+          break;
         case plan::kernel_kind::attention: {
           const ir::node& n = nodes[kn.node];
           const strided<T>&q = f.loc[n.inputs[0]], &kk = f.loc[n.inputs[1]], &v = f.loc[n.inputs[2]], &o = f.loc[kn.node];
