@@ -192,7 +192,7 @@ void cuda_program_of(std::size_t rows, const char* name, Inspect&& inspect) {
   std::vector<fb::jit::rendered_cuda_kernel> kernels;
   for (int k = 0; k < p.plan.n_kernels; ++k)
     if (D::generated(p.plan.kernels[k]))
-      kernels.push_back(fb::jit::render_cuda_kernel(p.nodes, p.plan, k, fb::dtype::f32, p.unit_inner, p.sched.kernels[k]));
+      kernels.push_back(fb::jit::render_cuda_kernel(p.nodes, p.plan, k, fb::dtype::f32, p.unit_inner, p.sched));
   inspect(p, kernels);
   REQUIRE(!kernels.empty());
   for (const auto& k : kernels) CHECK(contains(k.source, "fusebox_kernel_v1("));
@@ -713,14 +713,16 @@ TEST_CASE("capability matrix, row 5: dimension merging of an elementwise kernel 
     fbt::fill_signed(y, 52, 0.05, 2.0);
     check_values(fb::compile(merge_model)(x, y), merge_reference(x, y), {1e-7, 1e-6}, "relu(x) * y + 0.5");
     // The static program's schedule merges its one kernel's space from the first dimension on (the
-    // merge itself is made at bind time, with the call's strides). GAP (explain on this path): the
-    // report does not say so (its loop line is the planned space, and the run-time path's "dimensions
-    // merged per call" comes from the generated kernel's summary), so the schedule is read.
+    // merge itself is made at bind time, with the call's strides), and explain says so.
     using E = decltype(merge_model(fb::input_leaf<0, float, m_static::shape_type>{},
                                    fb::input_leaf<1, float, m_static::shape_type>{}));
     using P = fb::cpu::program<float, E>;
     STATIC_REQUIRE(P::plan.n_kernels == 1);
     CHECK(P::sched.kernels[0].merge_from == 0);
+    const std::string plan = fb::explain_text(merge_model, x, y);
+    INFO(plan);
+    CHECK(contains(plan, "rows over [128, 64, 4, 4]"));
+    CHECK(contains(plan, "dimensions from 0 merged per call"));
   }
   SECTION("dimension merging / run-time CPU") {
     auto f = fb::compile(merge_model);

@@ -624,7 +624,7 @@ TEST_CASE("hundreds of random IR programs: JIT (exact and symbolic) == double in
         if (kn.kind == fb::plan::kernel_kind::rows || kn.kind == fb::plan::kernel_kind::reduce_cols ||
             (kn.kind == fb::plan::kernel_kind::matmul && kn.group >= 0)) {
           mine.push_back(fb::jit::render_cpu_kernel(prog->nodes, prog->plan, k, fb::dtype::f32, prog->unit_inner, false,
-                                                    prog->sched.kernels[k]));
+                                                    prog->sched));
           ks.push_back(k);
         }
       }
@@ -655,7 +655,7 @@ TEST_CASE("hundreds of random IR programs: JIT (exact and symbolic) == double in
       for (std::size_t v = 0; v < c.progs.size(); ++v)
         for (int k : c.which[v]) {
           auto r = fb::jit::render_cuda_kernel(c.progs[v]->nodes, c.progs[v]->plan, k, fb::dtype::f32,
-                                               c.progs[v]->unit_inner, c.progs[v]->sched.kernels[k]);
+                                               c.progs[v]->unit_inner, c.progs[v]->sched);
           if (seen.insert(r.source).second) cuda_kernels.push_back(std::move(r));
         }
     constexpr std::size_t per_unit = 100;

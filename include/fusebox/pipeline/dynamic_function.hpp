@@ -513,7 +513,8 @@ class dynamic_function {
         default: p.unit_inner[i] = true;
       }
     }
-    p.sched = schedule::make_schedule(p.nodes, p.plan, p.unit_inner, P::caps);
+    if constexpr (on_cuda) p.sched = schedule::make_schedule(p.nodes, p.plan, p.unit_inner, cuda_caps_for(storage_dtype<T>()));
+    else p.sched = schedule::make_schedule(p.nodes, p.plan, p.unit_inner, P::caps);
     if constexpr (!on_cuda)
       for (int k = 0; k < p.plan.n_kernels; ++k) p.kernel_names[k] = plan::kernel_ops(p.nodes, p.plan, k);
   }
@@ -532,7 +533,7 @@ class dynamic_function {
     const dtype t = dtype_of<T>();
     for (int k = 0; k < p->plan.n_kernels; ++k) {
       if (!generated(p->plan.kernels[k])) continue;
-      out.sources.push_back(render_cpu_kernel(p->nodes, p->plan, k, t, p->unit_inner, fast_math, p->sched.kernels[k]));
+      out.sources.push_back(render_cpu_kernel(p->nodes, p->plan, k, t, p->unit_inner, fast_math, p->sched));
       out.which.push_back(k);
     }
     out.prog = std::move(p);
@@ -590,7 +591,7 @@ class dynamic_function {
         const ir::node& n = p->nodes[kn.node];
         rs.push_back(render_cuda_attention(n, p->nodes[n.inputs[0]], p->nodes[n.inputs[2]], p->storage));
       } else if (generated(kn)) {
-        rs.push_back(render_cuda_kernel(p->nodes, p->plan, k, p->storage, p->unit_inner, p->sched.kernels[k]));
+        rs.push_back(render_cuda_kernel(p->nodes, p->plan, k, p->storage, p->unit_inner, p->sched));
       } else {
         continue;
       }

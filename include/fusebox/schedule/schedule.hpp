@@ -1,11 +1,13 @@
 // schedule/schedule.hpp: the decisions below the planner, made once per plan for one back end.
 // The plan says what each kernel computes; the schedule says how a back end runs it: which
 // dimensions of its space merge (schedule/merge_dims.hpp), how its work splits into tasks
-// (schedule/tasks.hpp), and how much of a matmul's epilogue the library call takes
-// (schedule/library_epilogue.hpp). It is a constexpr function of the plan and the back end's
+// (schedule/tasks.hpp), how much of a matmul's epilogue the library call takes
+// (schedule/library_epilogue.hpp), and, in a rows kernel with reduction passes, where each value
+// lives between passes and whether a thread holds its row in registers (schedule/row_values.hpp).
+// It is a constexpr function of the plan and the back end's
 // capabilities (`backend_caps`): the static path makes it at build time, the run-time path once per
 // specialisation, and the runners only carry it out.
-// Depends on: plan/plan.hpp, ir/graph.hpp, schedule/{library_epilogue,merge_dims,tasks}.hpp.
+// Depends on: plan/plan.hpp, ir/graph.hpp, schedule/{library_epilogue,merge_dims,row_values,tasks}.hpp.
 #pragma once
 
 #include <array>
@@ -15,6 +17,7 @@
 #include "fusebox/plan/plan.hpp"
 #include "fusebox/schedule/library_epilogue.hpp"
 #include "fusebox/schedule/merge_dims.hpp"
+#include "fusebox/schedule/row_values.hpp"
 #include "fusebox/schedule/tasks.hpp"
 
 namespace fusebox::schedule {
@@ -32,13 +35,17 @@ struct backend_caps {
   /// Its column reductions merge the dimensions after the reduced axis.
   bool merged_columns = false;
   library_epilogue_caps matmul_library{};
+  /// Where rows kernels keep values between passes (schedule/row_values.hpp).
+  row_caps rows{};
 };
 
-inline constexpr backend_caps cpu_caps{.merged_rows = true, .merged_columns = true};
+inline constexpr backend_caps cpu_caps{.merged_rows = true, .merged_columns = true, .rows = {.scratch = true}};
+/// For float32 storage; the run-time path sets rows.element_bytes to its storage type's.
 inline constexpr backend_caps cuda_caps{.merged_rows = true,
                                         .merged_rows_up_to = 32,
                                         .merged_columns = false,
-                                        .matmul_library = {true, true, true, true}};
+                                        .matmul_library = {true, true, true, true},
+                                        .rows = {.register_vectors = 8, .register_scalars = 32}};
 
 struct kernel_schedule {
   /// Merge neighbouring dimensions of the kernel's space from this one on, where every operand
@@ -46,11 +53,15 @@ struct kernel_schedule {
   int merge_from = -1;
   /// A matmul: what its library call takes of the epilogue.
   library_epilogue library{};
+  /// A rows kernel with passes: how a thread holds its share of the row.
+  row_registers registers{};
 };
 
 template <std::size_t N>
 struct schedule_t {
   std::array<kernel_schedule, N + 1> kernels{};
+  /// Rows kernels with passes: where each member's value lives between passes.
+  std::array<keep, N> keep_in{};
 };
 
 /// Whether rows kernel `kn` is elementwise: nothing computed per row (no reduction, no per-row
@@ -72,6 +83,10 @@ constexpr schedule_t<N> make_schedule(const std::array<ir::node, N>& nodes, cons
     kernel_schedule& ks = s.kernels[k];
     switch (kn.kind) {
       case plan::kernel_kind::rows:
+        if (kn.passes > 0) {
+          ks.registers = registers_of(kn, caps.rows);
+          keep_values(nodes, p, kn, ks.registers, caps.rows, s.keep_in);
+        }
         if (caps.merged_rows && elementwise_rows(nodes, p, kn) &&
             (caps.merged_rows_up_to == static_cast<std::size_t>(-1) ||
              (is_known_extent(kn.space.back(0)) && kn.space.back(0) <= caps.merged_rows_up_to)))

@@ -45,9 +45,9 @@ template <std::size_t N>
 class cpu_codegen {
  public:
   cpu_codegen(const std::array<ir::node, N>& nodes, const plan::plan_t<N>& p, int k, dtype t,
-              const std::array<bool, N>& unit_inner, bool fast_math, const schedule::kernel_schedule& ks)
+              const std::array<bool, N>& unit_inner, bool fast_math, const schedule::schedule_t<N>& s)
       : nodes_(nodes), p_(p), k_(plan::at_least_rank1(p.kernels[k])), t_(t), unit_inner_(unit_inner),
-        fast_math_(fast_math), merged_(ks.merge_from >= 0) {
+        fast_math_(fast_math), merged_(s.kernels[k].merge_from >= 0), keep_in_(s.keep_in) {
     local_of_.fill(-1);
   }
 
@@ -107,12 +107,15 @@ class cpu_codegen {
       return b.let(lang.splat(lang.value_type, "static_cast<T>(a->scalar[" + L(g) + "])"));
     if (member(g)) {
       if (nd.desc.kind == node_kind::reduce || p_.row_constant[g]) return b.let(lang.splat(lang.value_type, "rs[" + L(g) + "]"));
+      // Kept in the row scratch (the schedule's keep::scratch, in the planner's slot): written in
+      // its first pass, read back in later ones.
+      const bool kept = keep_in_[g] == schedule::keep::scratch;
       const std::string scratch_row = "scratch + " + std::to_string(p_.cache_slot[g]) + " * W";
-      if (p_.cache_slot[g] >= 0 && p_.pass[g] < pass) return b.let(lang.load(lang.value_type, scratch_row));
+      if (kept && p_.pass[g] < pass) return b.let(lang.load(lang.value_type, scratch_row));
       std::vector<std::string> args;
       for (int q = 0; q < nd.n_inputs; ++q) args.push_back(value(b, nd.inputs[q], pass));
       const std::string v = b.let(lang.apply(op(nd), args));
-      if (p_.cache_slot[g] >= 0) b.statement(lang.store(scratch_row, v));
+      if (kept) b.statement(lang.store(scratch_row, v));
       return v;
     }
     const std::string p = ptr(g);
@@ -303,6 +306,7 @@ class cpu_codegen {
   const std::array<bool, N>& unit_inner_;
   bool fast_math_ = false;
   bool merged_ = false;  ///< the host merges the space's dimensions per call (schedule::kernel_schedule::merge_from)
+  std::array<schedule::keep, N> keep_in_{};  ///< where rows members live between passes (schedule::schedule_t::keep_in)
   std::array<int, N> local_of_{};
   std::vector<int> locals_;
   std::array<std::string, N> pointer_decl_{};
@@ -314,13 +318,20 @@ class cpu_codegen {
 
 /// Renders kernel k of plan p (kinds rows, reduce_cols, and matmul epilogues; other kinds run on
 /// the host). `unit_inner[g]` says whether memory node g has inner stride 1 at run time;
-/// `fast_math`, whether its ops evaluate vmath::fast (options::fast_math); `ks`, the kernel's
-/// schedule (schedule/schedule.hpp; the default merges nothing).
+/// `fast_math`, whether its ops evaluate vmath::fast (options::fast_math); `s`, the plan's
+/// schedule for the CPU (schedule/schedule.hpp).
 template <std::size_t N>
 rendered_kernel render_cpu_kernel(const std::array<ir::node, N>& nodes, const plan::plan_t<N>& p, int k, dtype t,
-                                  const std::array<bool, N>& unit_inner, bool fast_math = false,
-                                  const schedule::kernel_schedule& ks = {}) {
-  return detail::cpu_codegen<N>(nodes, p, k, t, unit_inner, fast_math, ks).render();
+                                  const std::array<bool, N>& unit_inner, bool fast_math,
+                                  const schedule::schedule_t<N>& s) {
+  return detail::cpu_codegen<N>(nodes, p, k, t, unit_inner, fast_math, s).render();
+}
+/// ... with the CPU's schedule made here.
+template <std::size_t N>
+rendered_kernel render_cpu_kernel(const std::array<ir::node, N>& nodes, const plan::plan_t<N>& p, int k, dtype t,
+                                  const std::array<bool, N>& unit_inner, bool fast_math = false) {
+  return render_cpu_kernel(nodes, p, k, t, unit_inner, fast_math,
+                           schedule::make_schedule(nodes, p, unit_inner, schedule::cpu_caps));
 }
 
 }  // namespace fusebox::jit

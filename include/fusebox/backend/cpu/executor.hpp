@@ -449,10 +449,10 @@ struct basic_program {
         } else if constexpr (twins && plan.same_as[Id] >= 0) {
           if constexpr (Merged) return get<plan.same_as[Id]>();
           else return compute<Id>();
-        } else if constexpr (plan.cache_slot[Id] >= 0 && plan.pass[Id] < Pass) {
+        } else if constexpr (sched.keep_in[Id] == schedule::keep::scratch && plan.pass[Id] < Pass) {
           if constexpr (twins && !Merged) return compute<Id>();
           else return load_v<W>(scratch + plan.cache_slot[Id] * width + j);
-        } else if constexpr (plan.cache_slot[Id] >= 0) {
+        } else if constexpr (sched.keep_in[Id] == schedule::keep::scratch) {
           static_assert(plan.pass[Id] == Pass, "fusebox internal: a cached node is read before its pass");
           if constexpr (twins && !Merged) return compute<Id>();
           const W v = compute<Id>();

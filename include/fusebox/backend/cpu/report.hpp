@@ -24,7 +24,12 @@ std::string describe(unsigned threads) {
   using T = typename P::value_type;
   const std::string how = "vector width " + std::to_string(P::VS) + " x " + name(dtype_of<T>()) + "; threads " +
                           std::to_string(threads);
-  return plan::describe_kernels(P::nodes, P::plan, sizeof(T), [&](int) { return how; }) +
+  // The schedule's merge is made at bind time, from the call's strides (schedule/merge_dims.hpp).
+  auto how_k = [&](int k) {
+    const int from = P::sched.kernels[k].merge_from;
+    return how + (from < 0 ? std::string() : "; dimensions from " + std::to_string(from) + " merged per call");
+  };
+  return plan::describe_kernels(P::nodes, P::plan, sizeof(T), how_k) +
          "  arena: " + plan::detail::human_bytes(static_cast<double>(P::arena_bytes)) + " (constexpr), workspace: " +
          plan::detail::human_bytes(static_cast<double>(P::workspace_bytes(threads))) + " for " +
          std::to_string(threads) + " thread(s)\n";

@@ -174,9 +174,9 @@ template <std::size_t N>
 class cuda_codegen {
  public:
   cuda_codegen(const std::array<ir::node, N>& nodes, const plan::plan_t<N>& p, int k, dtype t,
-               const std::array<bool, N>& unit_inner, const schedule::kernel_schedule& ks)
-      : nodes_(nodes), p_(p), k_(plan::at_least_rank1(p.kernels[k])), t_(t), unit_inner_(unit_inner),
-        merged_(ks.merge_from == 0 && k_.kind == plan::kernel_kind::rows && k_.passes == 0) {
+               const std::array<bool, N>& unit_inner, const schedule::schedule_t<N>& s)
+      : nodes_(nodes), p_(p), k_(plan::at_least_rank1(p.kernels[k])), t_(t), unit_inner_(unit_inner), s_(s), ks_(s.kernels[k]),
+        merged_(ks_.merge_from == 0 && k_.kind == plan::kernel_kind::rows && k_.passes == 0) {
     local_of_.fill(-1);
   }
 
@@ -468,23 +468,11 @@ class cuda_codegen {
     return s;
   }
 
-  /// Row cache: which values a reduction pass keeps in registers for later passes. A pass's
-  /// input that something else in the kernel also consumes (softmax's exp(x - max) feeds the sum
-  /// and the division; its quotient feeds layer_norm's mean and the centring) is computed once
-  /// per element and kept, instead of recomputed in every later pass: W2's exp ran four times
-  /// per element and its division three, about as much time as the kernel's memory traffic.
+  /// Row cache: the values a reduction pass keeps in registers for later passes, as the schedule
+  /// says (schedule/row_values.hpp: keep::registers).
   void plan_value_cache() {
-    if (!row_cache_) return;
-    for (std::size_t r = 0; r < N; ++r) {
-      if (!member(static_cast<int>(r)) || nodes_[r].desc.kind != node_kind::reduce) continue;
-      const int in = nodes_[r].inputs[0];
-      if (!member(in) || nodes_[in].desc.kind != node_kind::pointwise || p_.row_constant[in]) continue;
-      int consumers = 0;
-      for (std::size_t h = 0; h < N; ++h)
-        if (member(static_cast<int>(h)))
-          for (int q = 0; q < nodes_[h].n_inputs; ++q) consumers += nodes_[h].inputs[q] == in;
-      if (consumers > 1) value_cache_.insert(in);
-    }
+    for (std::size_t g = 0; g < N; ++g)
+      if (member(static_cast<int>(g)) && s_.keep_in[g] == schedule::keep::registers) value_cache_.insert(static_cast<int>(g));
   }
   std::string value_cache_decl() {
     std::string s;
@@ -492,24 +480,13 @@ class cuda_codegen {
     return s;
   }
 
-  /// Whether this row kernel keeps its operands' rows in registers: the row length must be known
-  /// (the source is written for one block size) and each thread's share small enough to stay in
-  /// registers (at most 8 vectors, 32 scalars per operand).
+  /// Whether this row kernel keeps its operands' rows in registers, and its geometry: the
+  /// schedule's (schedule/row_values.hpp; the source is written for one block size).
   void plan_row_cache() {
-    const std::size_t w = k_.space.back(0);
-    if (!is_known_extent(w)) return;
-    const std::size_t vec = 16 / size_of(t_);
-    const std::size_t chunks = (w + vec - 1) / vec;
-    unsigned threads = 32;
-    while (threads < 1024 && threads * 4 < chunks) threads *= 2;
-    const std::size_t k_vec = (w + vec * threads - 1) / (vec * threads), k_scalar = (w + threads - 1) / threads;
-    if (k_vec > 8 || k_scalar > 32) return;
+    if (ks_.registers.threads == 0) return;
     row_cache_ = true;
-    block_threads_ = threads;
-    // A row a warp takes needs no barrier and no shared memory to reduce, and four rows a block
-    // keep the SMs fed where a block per 32-thread row leaves them latency-bound (W4's
-    // layer_norm over [2048, 768]).
-    if (threads == 32) rows_per_block_ = 4;
+    block_threads_ = ks_.registers.threads;
+    rows_per_block_ = ks_.registers.rows_per_block;
   }
 
   /// The loop over this thread's chunks of the row: strided by the block, or (row cache) an
@@ -685,6 +662,8 @@ class cuda_codegen {
   const plan::kernel k_;
   dtype t_;
   const std::array<bool, N>& unit_inner_;
+  const schedule::schedule_t<N>& s_;
+  const schedule::kernel_schedule& ks_;
   const bool merged_;  ///< an elementwise kernel whose space the host merges per call (schedule::kernel_schedule)
   std::array<int, N> local_of_{};
   std::vector<int> locals_;
@@ -703,13 +682,26 @@ class cuda_codegen {
 
 }  // namespace detail
 
+/// The CUDA back end's capabilities for a storage type (schedule/schedule.hpp).
+inline schedule::backend_caps cuda_caps_for(dtype storage) {
+  schedule::backend_caps c = schedule::cuda_caps;
+  c.rows.element_bytes = size_of(storage);
+  return c;
+}
+
 /// Renders kernel k of plan p as CUDA (kinds rows, reduce_cols, and matmul epilogues; the
-/// product of a matmul and other kinds run through the host side). `unit_inner[g]`: memory node
-/// g has inner stride 1 at run time.
+/// product of a matmul and other kinds run through the host side) as schedule `s` says.
+/// `unit_inner[g]`: memory node g has inner stride 1 at run time.
 template <std::size_t N>
 rendered_cuda_kernel render_cuda_kernel(const std::array<ir::node, N>& nodes, const plan::plan_t<N>& p, int k, dtype t,
-                                        const std::array<bool, N>& unit_inner, const schedule::kernel_schedule& ks = {}) {
-  return detail::cuda_codegen<N>(nodes, p, k, t, unit_inner, ks).render();
+                                        const std::array<bool, N>& unit_inner, const schedule::schedule_t<N>& s) {
+  return detail::cuda_codegen<N>(nodes, p, k, t, unit_inner, s).render();
+}
+/// ... with the schedule made here for this storage type.
+template <std::size_t N>
+rendered_cuda_kernel render_cuda_kernel(const std::array<ir::node, N>& nodes, const plan::plan_t<N>& p, int k, dtype t,
+                                        const std::array<bool, N>& unit_inner) {
+  return render_cuda_kernel(nodes, p, k, t, unit_inner, schedule::make_schedule(nodes, p, unit_inner, cuda_caps_for(t)));
 }
 
 }  // namespace fusebox::jit
