@@ -42,8 +42,6 @@ struct attention_backward_node : expr_base {
   static_assert(Part != 3 || (Q::desc.shape.extent[1] == K::desc.shape.extent[1] &&
                               Q::desc.shape.extent[3] == V::desc.shape.extent[3]),
                 "fusebox internal: attention_backward part 3 needs as many queries as keys and E == Ev");
-  static_assert(Q::desc.shape.is_static() && K::desc.shape.is_static() && V::desc.shape.is_static(),
-                "fusebox: attention's gradient needs static shapes (grad() has no run-time path yet)");
   static_assert(O::desc.shape == G::desc.shape, "fusebox internal: attention_backward: gradient and output differ in shape");
   using value_type = typename Q::value_type;
   using children = meta::type_list<Q, K, V, O, G>;
@@ -53,7 +51,7 @@ struct attention_backward_node : expr_base {
     node_desc d{node_kind::attention,
                 Part == 1 ? "attention_backward_dq" : Part == 2 ? "attention_backward_dkv" : "attention_backward",
                 detail::attention_backward_shape(Part, Q::desc.shape, K::desc.shape, V::desc.shape), -1,
-                false, static_cast<int>(10 * keys * head)};
+                false, keys == dyn || head == dyn ? 0 : static_cast<int>(10 * keys * head)};
     d.variant = Part;
     d.causal = Causal;
     return d;
@@ -84,16 +82,17 @@ constexpr dims padded_shape(dims d) {
   d.extent[Axis] = Total;
   return d;
 }
-/// Do the operands fit side by side from Begin (same rank and extents but along Axis, static)?
+/// Do the operands fit side by side from Begin (same rank and extents but along Axis, static
+/// along Axis; another dimension may be dyn: the run-time path checks it, ir/specialize.hpp)?
 template <std::size_t Axis, std::size_t Begin, std::size_t Total, class G0, class... G>
 constexpr bool pad_fits() {
   const dims d0 = G0::desc.shape;
-  if (Axis >= d0.rank || !d0.is_static()) return false;
+  if (Axis >= d0.rank || !is_known_extent(Total)) return false;
   std::size_t end = Begin;
   bool ok = true;
   const dims all[] = {G0::desc.shape, G::desc.shape...};  // a named array: nvcc's host pass mangles a braced range
   for (const dims& d : all) {
-    if (d.rank != d0.rank || !d.is_static()) return false;
+    if (d.rank != d0.rank || !is_known_extent(d.extent[Axis])) return false;
     for (std::size_t k = 0; k < d.rank; ++k) ok = ok && (k == Axis || d.extent[k] == d0.extent[k]);
     end += d.extent[Axis];
   }

@@ -1,7 +1,7 @@
 // ir/specialize.hpp: the graph IR of an expression type, with the extents of one call or of one
 // specialisation (some extents symbolic) put in place of `dyn`, every node's shape recomputed by
 // the ops' shape rules. The planner then runs on the result, as it does at build time.
-// Depends on: ir/graph.hpp, expr/node.hpp, ops/layout.hpp.
+// Depends on: ir/graph.hpp, expr/node.hpp, expr/grad_nodes.hpp, ops/layout.hpp.
 #pragma once
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include "fusebox/core/errors.hpp"
 #include "fusebox/expr/custom.hpp"
 #include "fusebox/expr/gather.hpp"
+#include "fusebox/expr/grad_nodes.hpp"
 #include "fusebox/expr/spatial.hpp"
 #include "fusebox/ir/graph.hpp"
 #include "fusebox/ops/layout.hpp"
@@ -163,19 +164,32 @@ std::array<ir::node, N> specialise(const std::array<ir::node, N>& generic, const
         n.desc.shape = s;
         break;
       }
-      case node_kind::attention: {
-        if (n.desc.variant != 0)  // the gradient kernels (expr/grad_nodes.hpp): host only so far
-          throw invalid_argument(std::string("fusebox: ") + n.desc.name +
-                                 " (attention's gradient) has no run-time-path or CUDA kernel yet: gradients through "
-                                 "attention() run on the host backend, with static shapes");
+      case node_kind::attention: {  // attention(), or one of its gradient kernels (desc.variant 1-3)
         const auto r = fusebox::detail::attention_shape(in(0), in(1), in(2), n.desc.causal);
         if (!r.rank_ok || !r.extents_ok || !r.causal_ok)
-          throw shape_error("attention: q is " + to_string(in(0)) + ", k is " + to_string(in(1)) + ", v is " +
-                                to_string(in(2)) + "; need [batch, tokens, heads, head dim] with equal batch and "
-                                "heads, k and v the same tokens, q and k the same head dim" +
+          throw shape_error(std::string(n.desc.name) + ": q is " + to_string(in(0)) + ", k is " + to_string(in(1)) +
+                                ", v is " + to_string(in(2)) + "; need [batch, tokens, heads, head dim] with equal "
+                                "batch and heads, k and v the same tokens, q and k the same head dim" +
                                 (r.causal_ok ? "" : ", and as many queries as keys for the causal mask"),
                             std::source_location{});
-        n.desc.shape = r.out;
+        if (n.desc.variant == 0) {
+          n.desc.shape = r.out;
+          break;
+        }
+        // The gradient kernels read o = attention(q, k, v) and the gradient at o (operands 3, 4).
+        // Part 3 (dq, dk, dv in one [B, T, 3, H, E]) was chosen from the types, where two dyn
+        // extents look alike: it needs as many queries as keys and E == Ev in this call too.
+        const bool fused_ok =
+            n.desc.variant != 3 || (in(0).extent[1] == in(1).extent[1] && in(0).extent[3] == in(2).extent[3]);
+        if (!(in(3) == r.out) || !(in(4) == r.out) || !fused_ok)
+          throw shape_error(std::string(n.desc.name) + ": q is " + to_string(in(0)) + ", k is " + to_string(in(1)) +
+                                ", v is " + to_string(in(2)) + ", o is " + to_string(in(3)) + ", its gradient " +
+                                to_string(in(4)) + (fused_ok ? "; o and its gradient must be attention's result "
+                                                               "shape " + to_string(r.out)
+                                                             : "; the gradient was built for as many queries as keys "
+                                                               "(and E == Ev), which this call does not have"),
+                            std::source_location{});
+        n.desc.shape = fusebox::detail::attention_backward_shape(n.desc.variant, in(0), in(1), in(2));
         break;
       }
       case node_kind::gather: {

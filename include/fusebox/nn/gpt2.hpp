@@ -13,6 +13,9 @@
 //
 //   nn::gpt2_block<768, 12, 256> block(seed);                        // d, heads, T
 //   auto step = nn::compile_step(block, nn::mse_loss_fn{});           // x [8, 256, 768]
+//   nn::gpt2_block<768, 12, fb::dyn> any(seed);   // T = dyn: x [B, T, d], T (and B) per call; the
+//                                                 // compiled step runs on the run-time path, each
+//                                                 // Linear a batched product (nn/attention.hpp)
 // Depends on: nn/{module,parameters,linear,layer_norm,attention}.hpp, ops/elementwise.hpp.
 #pragma once
 

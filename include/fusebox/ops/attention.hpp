@@ -76,9 +76,16 @@ struct derivative<attention_node<Q, K, V, Causal>> {
   using part = attention_backward_node<Part, Causal, operand<Y, 0>, operand<Y, 1>, operand<Y, 2>, Y, exact<G, Y>>;
   static constexpr std::size_t e = Q::desc.shape.extent[3], ev = V::desc.shape.extent[3];
   static constexpr bool fused = Q::desc.shape.extent[1] == K::desc.shape.extent[1] && e == ev;
+  // fused: [B, T, 3, H, E], operand I at index I of dimension 2, that dimension dropped: by a
+  // reshape to the operand's shape, or with a dyn extent (a shape reshape cannot name) by merging
+  // the sliced [1] into the heads (flatten<2, 3>), which the run-time path recomputes per call.
+  template <class S>
+  using drop_part_axis = std::conditional_t<Q::desc.shape.is_static() && K::desc.shape.is_static() &&
+                                                V::desc.shape.is_static(),
+                                            ops::reshape_view<S>, ops::flatten_view<2, 3>>;
   template <std::size_t I, class G, class Y>
-  struct pick {  // fused: [B, T, 3, H, E], operand I at index I of dimension 2
-    using type = view_node<ops::reshape_view<shape_of_t<operand<Y, I>>>, view_node<ops::slice_view<2, I, I + 1>, part<3, G, Y>>>;
+  struct pick {
+    using type = view_node<drop_part_axis<shape_of_t<operand<Y, I>>>, view_node<ops::slice_view<2, I, I + 1>, part<3, G, Y>>>;
   };
   template <std::size_t I, class G, class Y>
     requires(!fused)

@@ -1,4 +1,4 @@
-// ops/layout.hpp: views: transpose, reshape, flatten and slice. On a tensor they return a tensor view at
+// ops/layout.hpp: views: transpose, reshape, flatten, unflatten and slice. On a tensor they return a tensor view at
 // once; in a captured model they are view nodes, which move no data (the planner makes sure their
 // input is in memory, and the consumers read it through the new strides). A packed projection is
 // the use that matters: `slice<1, 0, 768>(qkv)` then `reshape<[B, T, H, E]>` is the query heads of
@@ -263,6 +263,49 @@ auto flatten(const X& x, std::source_location loc = std::source_location::curren
   }
 }
 
+namespace detail {
+template <class S, std::size_t Start, class Sizes, class Seq = std::make_index_sequence<S::rank + Sizes::rank - 1>>
+struct unflattened_shape;
+template <class S, std::size_t Start, class Sizes, std::size_t... I>
+struct unflattened_shape<S, Start, Sizes, std::index_sequence<I...>> {
+  static constexpr std::size_t at(std::size_t i) {
+    return i < Start ? S::extents[i] : i < Start + Sizes::rank ? Sizes::extents[i - Start] : S::extents[i + 1 - Sizes::rank];
+  }
+  using type = shape<at(I)...>;
+};
+template <class S, std::size_t Start, class Sizes, bool Ok>
+struct unflatten_check {
+  static_assert(Ok, "fusebox: unflatten<Start, Sizes>(x): x (S above) must have dimension Start, and Sizes (static "
+                    "extents) must multiply to its extent there (a dyn extent is checked when the model runs)");
+  static constexpr bool value = Ok;
+};
+}  // namespace detail
+
+/// Dimension Start split into the static extents Sizes, as torch.unflatten(x, Start, Sizes):
+/// [B, T, 768] -> unflatten<2, shape<12, 64>> -> [B, T, 12, 64]. A view whatever the strides (the
+/// split dimension's own stride is kept), so a dyn extent elsewhere (a batch, a sequence length)
+/// stays what it is: what reshape<S> cannot do, since its S is static. Its gradient is flatten.
+template <std::size_t Start, class Sizes, array_operand X>
+auto unflatten(const X& x) {
+  using T = typename detail::common_element<X>::type;
+  using E = decltype(detail::as_expr<T>(x));
+  using S = shape_of_t<E>;
+  static_assert(detail::unflatten_check<S, Start, Sizes,
+                                        (Start < S::rank && Sizes::rank >= 1 && Sizes::is_static &&
+                                         (S::extents[Start] == dyn || S::extents[Start] == Sizes::size))>::value);
+  using R = typename detail::unflattened_shape<S, Start, Sizes>::type;
+  if constexpr (is_tensor_v<X>) {
+    dims d{};
+    if (!ops::unflattened(dims_of(R{}), x.extents(), Start, d)) ops::throw_flatten("unflatten", x.extents(), Start, dims_of(R{}));
+    strides_t from{}, st{};
+    for (std::size_t i = 0; i < x.extents().rank; ++i) from[i] = x.stride(i);
+    if (!view_strides(x.extents(), from, d, st)) ops::throw_not_a_view(x.extents(), d);
+    return tensor<T, R>(x.owner(), const_cast<T*>(x.data()), d, st);
+  } else {
+    return view_node<ops::unflatten_view<Start, R>, X>{{}, x};
+  }
+}
+
 // ---- derivatives (autodiff/rule.hpp): G the incoming gradient, Y the view node ----
 namespace autodiff {
 namespace sym {
@@ -302,6 +345,12 @@ template <std::size_t Start, std::size_t End>
 struct derivative<ops::flatten_view<Start, End>> {
   template <std::size_t I, class G, class Y, class Ctx>
   using vjp = view_node<ops::unflatten_view<Start, shape_of_t<operand<Y, 0>>>, exact<G, Y>>;
+};
+// unflatten's gradient is G with the split dimensions merged back.
+template <std::size_t Start, class S>
+struct derivative<ops::unflatten_view<Start, S>> {
+  template <std::size_t I, class G, class Y, class Ctx>
+  using vjp = view_node<ops::flatten_view<Start, Start + S::rank - shape_of_t<operand<Y, 0>>::rank>, exact<G, Y>>;
 };
 template <class S>
 struct derivative<ops::reshape_view<S>> {

@@ -52,6 +52,10 @@ inline bool attention_tensor_cores(dtype storage, std::size_t e, std::size_t ev)
 
 inline rendered_cuda_kernel render_cuda_attention(const ir::node& n, const ir::node& q, const ir::node& v,
                                                   dtype storage) {
+  if (n.desc.variant != 0)  // the gradient kernels (expr/grad_nodes.hpp): backend/cpu/attention.hpp only
+    throw invalid_argument(std::string("fusebox: ") + n.desc.name + " (attention's gradient; q is " +
+                           to_string(q.desc.shape) + ", v is " + to_string(v.desc.shape) +
+                           ") has no CUDA kernel yet: compile(grad(...)) through attention() runs on host tensors");
   const std::size_t e = q.desc.shape.back(0), ev = v.desc.shape.back(0);
   if (!is_known_extent(e) || !is_known_extent(ev))
     throw invalid_argument("fusebox: attention on the CUDA backend needs head dims known when compiling; q is " +
