@@ -14,6 +14,7 @@
 #include <fusebox/fusebox.hpp>
 
 #include "check_grad.hpp"
+#include "../support/mse_relu.hpp"
 
 namespace fb = fusebox;
 using fbt::check_grad;
@@ -185,42 +186,11 @@ TEST_CASE("autodiff: a loss that reads a value on the host (item()) is refused a
 
 namespace {
 
-// relu(x w + b) against t, mean over both axes: mean's 1 / n depends on the batch.
-auto dyn_loss = [](const auto& x, const auto& w, const auto& b, const auto& t) {
-  const auto e = fb::relu(fb::matmul(x, w) + b) - t;
-  return fb::mean(fb::mean(e * e));
-};
+// relu(x w + b) against t, mean over both axes (tests/support/mse_relu.hpp).
+const auto dyn_loss = fbt::mse_relu;
 constexpr std::size_t dyn_in = 16, dyn_out = 8;
 using dyn_x = fb::tensor<float, fb::shape<fb::dyn, dyn_in>>;
 using dyn_t = fb::tensor<float, fb::shape<fb::dyn, dyn_out>>;
-
-/// The loss and its gradients with respect to x, w and b, by hand in double.
-struct dyn_reference {
-  double loss = 0;
-  std::vector<double> dx, dw, db;
-};
-dyn_reference dyn_expected(const dyn_x& x, const fb::tensor<float, fb::shape<dyn_in, dyn_out>>& w,
-                           const fb::tensor<float, fb::shape<dyn_out>>& b, const dyn_t& t) {
-  const std::size_t B = x.extents().extent[0];
-  dyn_reference r;
-  r.dx.assign(B * dyn_in, 0.0), r.dw.assign(dyn_in * dyn_out, 0.0), r.db.assign(dyn_out, 0.0);
-  const double n = static_cast<double>(B * dyn_out);
-  for (std::size_t i = 0; i < B; ++i)
-    for (std::size_t j = 0; j < dyn_out; ++j) {
-      double z = b.flat(j);
-      for (std::size_t k = 0; k < dyn_in; ++k) z += static_cast<double>(x.flat(i * dyn_in + k)) * w.flat(k * dyn_out + j);
-      const double e = (z > 0 ? z : 0.0) - t.flat(i * dyn_out + j);
-      r.loss += e * e / n;
-      const double dz = z > 0 ? 2.0 * e / n : 0.0;
-      r.db[j] += dz;
-      for (std::size_t k = 0; k < dyn_in; ++k) {
-        r.dw[k * dyn_out + j] += static_cast<double>(x.flat(i * dyn_in + k)) * dz;
-        r.dx[i * dyn_in + k] += dz * w.flat(k * dyn_out + j);
-      }
-    }
-  return r;
-}
-
 template <class Got>
 void check_all(const Got& got, const std::vector<double>& want, const char* what) {
   REQUIRE(got.size() == want.size());
@@ -248,7 +218,7 @@ TEST_CASE("autodiff: compiled value_and_grad on a dyn batch: every gradient elem
     fbt::fill_signed(t, 200 + batch, 0.1, 1.0);
     const auto [loss, grads] = vg(x, w, b, t);
     const auto& [dx, dw, db] = grads;
-    const dyn_reference want = dyn_expected(x, w, b, t);
+    const fbt::mse_relu_reference want = fbt::mse_relu_expected(x, w, b, t);
     CHECK(static_cast<double>(loss.flat(0)) == Approx(want.loss).epsilon(1e-4));
     CHECK(dx.extents() == x.extents());
     check_all(dx, want.dx, "dx");
@@ -291,7 +261,7 @@ TEST_CASE("autodiff: compiled value_and_grad on a dyn batch on the GPU matches t
     const fb::cuda::tensor<float, fb::shape<fb::dyn, dyn_out>> td(t);
     const auto [loss, grads] = vg(xd, dw_, db_, td);
     const auto& [gw, gb] = grads;
-    const dyn_reference want = dyn_expected(x, w, b, t);
+    const fbt::mse_relu_reference want = fbt::mse_relu_expected(x, w, b, t);
     CHECK(static_cast<double>(loss.to_host().flat(0)) == Approx(want.loss).epsilon(1e-4));
     check_all(gw.to_host(), want.dw, "dw");
     check_all(gb.to_host(), want.db, "db");

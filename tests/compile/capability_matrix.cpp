@@ -42,6 +42,8 @@
 #include <fusebox/nn/nn.hpp>
 
 #include "../support/check.hpp"
+#include "../support/gpu.hpp"
+#include "../support/mse_relu.hpp"
 #include "../support/private_cache.hpp"
 
 namespace fb = fusebox;
@@ -61,14 +63,6 @@ int count(const std::string& s, const std::string& part) {
 }
 
 // A CUDA cell that needs a GPU to run the model.
-#define MATRIX_REQUIRE_GPU()                                                  \
-  do {                                                                        \
-    if (!fb::cuda::available()) {                                             \
-      WARN("no CUDA device: skipped (the CUDA backend is unavailable here)"); \
-      return;                                                                 \
-    }                                                                         \
-  } while (0)
-
 /// A device copy of a host tensor, of the same shape type.
 template <class A>
 auto device(const A& a) {
@@ -157,9 +151,8 @@ std::string joined(const std::vector<std::string>& names) {
 /// and its generated kernels as rendered, which NVRTC then compiles to compute_90 PTX (it needs no
 /// GPU; ptxas, which only adds register and shared-memory limits, is left out as in
 /// tests/cuda/compiled.cpp).
-template <class E, class Inspect>
-void cuda_program_of(std::size_t rows, const char* name, Inspect&& inspect) {
-  using Prog = fb::cpu::program<float, E>;
+template <class Prog, class Inspect>
+void cuda_program_of_prog(std::size_t rows, const char* name, Inspect&& inspect) {
   using D = fb::jit::dynamic_function<Prog, fb::jit::cuda_target>;
   std::size_t args = 0;
   for (std::size_t i = 0; i < Prog::N; ++i)
@@ -201,6 +194,11 @@ void cuda_program_of(std::size_t rows, const char* name, Inspect&& inspect) {
   } catch (const fb::cuda::nvrtc_error& e) {
     FAIL(e.what());
   }
+}
+
+template <class E, class Inspect>
+void cuda_program_of(std::size_t rows, const char* name, Inspect&& inspect) {
+  cuda_program_of_prog<fb::cpu::program<float, E>>(rows, name, std::forward<Inspect>(inspect));
 }
 
 /// The no-GPU form of a CUDA cell: false (and says so) where NVRTC is missing too.
@@ -335,44 +333,14 @@ std::vector<double> cached_reference(const X& x) {
 }
 
 /// mean((relu(x w + b) - t)^2): mean's 1 / n depends on the batch. Row 8.
-const auto mse_relu = [](const auto& x, const auto& w, const auto& b, const auto& t) {
-  const auto e = fb::relu(fb::matmul(x, w) + b) - t;
-  return fb::mean(fb::mean(e * e));
-};
+using fbt::mse_relu;
 constexpr std::size_t GI = 16, GO = 8;
-
-/// The loss and its gradients with respect to x, w and b, by hand in double.
-struct grad_reference {
-  double loss = 0;
-  std::vector<double> dx, dw, db;
-};
-template <class X, class W, class B, class T>
-grad_reference grad_expected(const X& x, const W& w, const B& b, const T& t) {
-  const std::size_t batch = x.extents().extent[0];
-  grad_reference r;
-  r.dx.assign(batch * GI, 0.0), r.dw.assign(GI * GO, 0.0), r.db.assign(GO, 0.0);
-  const double n = static_cast<double>(batch * GO);
-  for (std::size_t i = 0; i < batch; ++i)
-    for (std::size_t j = 0; j < GO; ++j) {
-      double z = b.flat(j);
-      for (std::size_t k = 0; k < GI; ++k) z += static_cast<double>(x.flat(i * GI + k)) * w.flat(k * GO + j);
-      const double e = (z > 0 ? z : 0.0) - t.flat(i * GO + j);
-      r.loss += e * e / n;
-      const double dz = z > 0 ? 2.0 * e / n : 0.0;
-      r.db[j] += dz;
-      for (std::size_t k = 0; k < GI; ++k) {
-        r.dw[k * GO + j] += static_cast<double>(x.flat(i * GI + k)) * dz;
-        r.dx[i * GI + k] += dz * w.flat(k * GO + j);
-      }
-    }
-  return r;
-}
 
 /// The loss and every gradient element of one call against the double reference.
 template <class L, class G, class X, class W, class B, class T>
 void check_grads(const L& loss, const G& grads, const X& x, const W& w, const B& b, const T& t, double rel,
                  const std::string& what) {
-  const grad_reference want = grad_expected(x, w, b, t);
+  const fbt::mse_relu_reference want = fbt::mse_relu_expected(x, w, b, t);
   const auto& [dx, dw, db] = grads;
   INFO(what);
   CHECK(std::fabs(static_cast<double>(loss.flat(0)) - want.loss) <= rel * want.loss);
@@ -478,7 +446,7 @@ TEST_CASE("capability matrix, row 1: explain lists kernels with bytes and flops 
   // kernel as the GPU runs it; bytes and flops as on the CPU paths. Without a GPU a device tensor
   // cannot be made, and the cells skip.
   auto cell = [&](const auto& x, const char* extents) {
-    MATRIX_REQUIRE_GPU();
+    FUSEBOX_REQUIRE_GPU();
     const auto dx = device(x);
     const auto dw = device(in.w);
     const auto db = device(in.b);
@@ -599,7 +567,7 @@ TEST_CASE("capability matrix, row 3: graph breaks and fullgraph (CUDA)", "[compi
   // segments' programs are built from the call's own extents, which only a call has.
   const std::string site = std::string(__FILE__) + ":" + std::to_string(break_line);
   auto cell = [&](const auto& x) {
-    MATRIX_REQUIRE_GPU();
+    FUSEBOX_REQUIRE_GPU();
     auto f = fb::compile(break_model);
     const auto dx = device(x);
     for (int call = 0; call < 2; ++call) {
@@ -939,10 +907,24 @@ TEST_CASE("capability matrix, row 8: compiled value_and_grad, static shapes and 
   cache();
   const grad_case in;
   auto vg = fb::compile(fb::value_and_grad(mse_relu, fb::wrt<0, 1, 2>));
-  // GAP (without a GPU): the joint graph's CUDA kernels are not planned here (its expression type
-  // is autodiff's own); the cells skip.
+  // Without a GPU: the joint program (forward and backward in one plan) planned for the GPU, its
+  // kernels rendered and compiled by NVRTC; its plan holds the forward's product and the two
+  // gradient products (x's and w's).
+  using W = fb::tensor<float, fb::shape<GI, GO>>;
+  using Bv = fb::tensor<float, fb::shape<GO>>;
+  auto planned = [](const auto& p, const auto&) {
+    int products = 0;
+    for (int k = 0; k < p.plan.n_kernels; ++k) products += p.plan.kernels[k].kind == fb::plan::kernel_kind::matmul;
+    CHECK(products == 3);
+  };
   SECTION("value_and_grad / static CUDA") {
-    MATRIX_REQUIRE_GPU();
+    if (!fb::cuda::available()) {
+      if (!nvrtc_here()) return;
+      using P = typename decltype(vg)::template program_type<fb::tensor<float, fb::shape<32, GI>>, W, Bv,
+                                                             fb::tensor<float, fb::shape<32, GO>>>;
+      cuda_program_of_prog<P>(0, "matrix_grad_static", planned);
+      return;
+    }
     fb::tensor<float, fb::shape<32, GI>> x;
     fb::tensor<float, fb::shape<32, GO>> t;
     fbt::fill_signed(x, 85, 0.1, 1.0);
@@ -953,7 +935,13 @@ TEST_CASE("capability matrix, row 8: compiled value_and_grad, static shapes and 
                 "static [32, 16]");
   }
   SECTION("value_and_grad / run-time CUDA") {
-    MATRIX_REQUIRE_GPU();
+    if (!fb::cuda::available()) {
+      if (!nvrtc_here()) return;
+      using P = typename decltype(vg)::template program_type<gx_dyn, W, Bv, gt_dyn>;
+      cuda_program_of_prog<P>(17, "matrix_grad_dyn", planned);
+      cuda_program_of_prog<P>(0, "matrix_grad_symbolic", planned);
+      return;
+    }
     const auto dw = device(in.w);
     const auto db = device(in.b);
     const auto before = fb::jit::counters().snapshot();
@@ -1029,7 +1017,7 @@ TEST_CASE("capability matrix, row 9: the nn training step on a dyn batch equals 
     return std::make_pair(l.to_host(), host);
   };
   SECTION("nn step / static CUDA") {
-    MATRIX_REQUIRE_GPU();
+    FUSEBOX_REQUIRE_GPU();
     auto gpu = nn::to_device(mf);
     auto step = nn::compile_step(gpu, nn::mse_loss_fn{}, nn::eval);
     const auto [x, t] = step_inputs<7>(95);
@@ -1038,7 +1026,7 @@ TEST_CASE("capability matrix, row 9: the nn training step on a dyn batch equals 
     check_step(la, ga, lb, gb, 1e-5, "static batch 7");
   }
   SECTION("nn step / run-time CUDA") {
-    MATRIX_REQUIRE_GPU();
+    FUSEBOX_REQUIRE_GPU();
     auto gpu = nn::to_device(mf);
     auto step = nn::compile_step(gpu, nn::mse_loss_fn{}, nn::eval);
     auto one = [&]<std::size_t B>(std::uint64_t seed) {
@@ -1091,7 +1079,7 @@ TEST_CASE("capability matrix, row 10: profile spans named by their fused ops (CU
   const linear_case in;
   // Spans are recorded where kernels are enqueued: without a GPU nothing runs, and the cells skip.
   auto cell = [&](const auto& x) {
-    MATRIX_REQUIRE_GPU();
+    FUSEBOX_REQUIRE_GPU();
     auto f = fb::compile(linear_relu);
     const auto dx = device(x);
     const auto dw = device(in.w);
@@ -1154,7 +1142,7 @@ TEST_CASE("capability matrix, row 11: every mode gives the same results (CUDA)",
   const linear_case in;
   // Without a GPU the modes have nothing to run (CUDA graphs and cuBLASLt's timing): the cells skip.
   auto cell = [&](const auto& x) {
-    MATRIX_REQUIRE_GPU();
+    FUSEBOX_REQUIRE_GPU();
     const auto dx = device(x);
     const auto dw = device(in.w);
     const auto db = device(in.b);

@@ -17,17 +17,11 @@
 
 #include <fusebox/fusebox.hpp>
 
+#include "../support/gpu.hpp"
+
 namespace fb = fusebox;
 
 namespace {
-
-#define FUSEBOX_REQUIRE_GPU()                                      \
-  do {                                                             \
-    if (!fb::cuda::available()) {                                  \
-      WARN("no CUDA device: skipped (the CUDA backend is unavailable here)"); \
-      return;                                                      \
-    }                                                              \
-  } while (0)
 
 auto w1 = [](auto x, auto w, auto b) { return fb::gelu(x * w + b) * fb::sigmoid(x); };
 auto w2 = [](auto x, auto g, auto b) { return fb::layer_norm(fb::softmax(x), g, b, 1e-5f); };

@@ -8,11 +8,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
 #include <fusebox/fusebox.hpp>
+
+#include "../support/gpu.hpp"
 
 #if !defined(__CUDACC__)
 #error "static_nvcc.cu must be compiled by nvcc"
@@ -21,14 +24,6 @@
 namespace fb = fusebox;
 
 namespace {
-
-#define FUSEBOX_REQUIRE_GPU()                                                                 \
-  do {                                                                                        \
-    if (!fb::cuda::available()) {                                                             \
-      WARN("no CUDA device: skipped (the static CUDA path was built; it runs on a GPU only)"); \
-      return;                                                                                 \
-    }                                                                                         \
-  } while (0)
 
 auto w1 = [](auto x, auto w, auto b) { return fb::gelu(x * w + b) * fb::sigmoid(x); };
 auto w2 = [](auto x, auto g, auto b) { return fb::layer_norm(fb::softmax(x), g, b, 1e-5f); };
@@ -153,6 +148,77 @@ void check_mlp() {
   CHECK(worst(y, z) < 1e-5);
 }
 
+/// The kernel spans' names recorded while `call` runs.
+template <class F>
+std::vector<std::string> kernel_spans_of(F&& call) {
+  fb::profile::clear();
+  fb::profile::start();
+  call();
+  fb::cuda::synchronize();
+  fb::profile::stop();
+  std::vector<std::string> names;
+  for (const auto& e : fb::profile::events())
+    if (!e.instant && e.category == "kernel") names.push_back(e.name);
+  fb::profile::clear();
+  return names;
+}
+
+/// relu(x m + b), and x m + b + r: epilogues cuBLASLt takes whole on the static path as on the
+/// run-time path (the schedule's library_epilogue): one span, the library call, every element
+/// against a double reference.
+template <std::size_t R, std::size_t K, std::size_t C>
+void check_library_epilogues() {
+  fb::tensor<float, fb::shape<R, K>> x;
+  fb::tensor<float, fb::shape<K, C>> m;
+  fb::tensor<float, fb::shape<C>> b;
+  fb::tensor<float, fb::shape<R, C>> res;
+  x.fill_random(21, -1.0f, 1.0f);
+  m.fill_random(22, -0.2f, 0.2f);
+  b.fill_random(23);
+  res.fill_random(24);
+  const fb::cuda::tensor<float, fb::shape<R, K>> dx(x);
+  const fb::cuda::tensor<float, fb::shape<K, C>> dm(m);
+  const fb::cuda::tensor<float, fb::shape<C>> db(b);
+  const fb::cuda::tensor<float, fb::shape<R, C>> dres(res);
+  // The product in double, and the sum of its terms' magnitudes (float's error bound scales with it).
+  auto product = [&](std::size_t i, std::size_t j, double& mag) {
+    double acc = 0;
+    mag = 0;
+    for (std::size_t k = 0; k < K; ++k) {
+      const double t = static_cast<double>(x.flat(i * K + k)) * m.flat(k * C + j);
+      acc += t;
+      mag += std::fabs(t);
+    }
+    return acc;
+  };
+  auto relu_model = fb::compile([](auto a, auto w, auto c) { return fb::relu(fb::matmul(a, w) + c); });
+  auto residual_model = fb::compile([](auto a, auto w, auto c, auto r) { return fb::matmul(a, w) + c + r; });
+  (void)on_static_path([&] { return relu_model(dx, dm, db); });  // cuBLASLt's choice made
+  (void)on_static_path([&] { return residual_model(dx, dm, db, dres); });
+  fb::cuda::tensor<float, fb::shape<R, C>> y1, y2;
+  const auto spans1 = kernel_spans_of([&] { y1 = on_static_path([&] { return relu_model(dx, dm, db); }); });
+  const auto spans2 = kernel_spans_of([&] { y2 = on_static_path([&] { return residual_model(dx, dm, db, dres); }); });
+  REQUIRE(spans1.size() == 1);
+  CHECK(spans1[0] == "cuBLASLt matmul + epilogue (static path)");
+  REQUIRE(spans2.size() == 1);
+  CHECK(spans2[0] == "cuBLASLt matmul + epilogue (static path)");
+  // Every element within float's bound for a K-term sum: K * 2^-24 of the terms' magnitudes
+  // (plus the bias and residual), whatever order cuBLASLt sums in.
+  const auto h1 = y1.to_host(), h2 = y2.to_host();
+  int bad1 = 0, bad2 = 0;
+  for (std::size_t i = 0; i < R; ++i)
+    for (std::size_t j = 0; j < C; ++j) {
+      double mag = 0;
+      const double p = product(i, j, mag) + b.flat(j);
+      const double res_ij = res.flat(i * C + j);
+      const double bound = static_cast<double>(K) * 0x1p-24 * (mag + std::fabs(b.flat(j)) + std::fabs(res_ij)) + 1e-30;
+      bad1 += !(std::fabs(h1.flat(i * C + j) - (p > 0 ? p : 0)) <= bound);
+      bad2 += !(std::fabs(h2.flat(i * C + j) - (p + res_ij)) <= bound);
+    }
+  CHECK(bad1 == 0);
+  CHECK(bad2 == 0);
+}
+
 }  // namespace
 
 TEST_CASE("CUDA static path: fused elementwise, 16-byte and scalar entries", "[cuda]") {
@@ -170,6 +236,11 @@ TEST_CASE("CUDA static path: softmax then layer_norm, a block per row", "[cuda]"
 TEST_CASE("CUDA static path: matmul through cuBLASLt with a bias + gelu epilogue", "[cuda]") {
   FUSEBOX_REQUIRE_GPU();
   check_mlp<64, 256, 128>();
+}
+
+TEST_CASE("CUDA static path: cuBLASLt takes a bias + relu and a bias + residual epilogue whole", "[cuda]") {
+  FUSEBOX_REQUIRE_GPU();
+  check_library_epilogues<64, 256, 128>();
 }
 
 TEST_CASE("CUDA static path: a row reduction as an output, beside an elementwise output", "[cuda]") {

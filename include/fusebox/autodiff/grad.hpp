@@ -390,6 +390,11 @@ class compiled_grad {
  public:
   compiled_grad(grad_fn<F, Wrt, WithValue> g, options opts) : g_(std::move(g)), st_(opts) {}
 
+  /// The joint program (forward and backward, one plan) a call with these argument types runs
+  /// (host or device tensors alike): what explain() reports, and what tests plan for the GPU.
+  template <class... Args>
+  using program_type = typename program_for<Args...>::program;
+
   template <class... Args>
   auto operator()(const Args&... args) {
     if constexpr ((cuda::is_tensor_v<Args> || ...)) {

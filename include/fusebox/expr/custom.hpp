@@ -73,10 +73,15 @@ struct custom_kernels {
   custom_launch (*cuda_params)(const custom_device_view* in, int n, const custom_device_view& out, void* params);
 };
 
+/// Op's table (its static members; see the header comment).
 template <class Op>
-inline constexpr custom_kernels custom_kernels_of{&Op::shape,          &Op::error,          &Op::summary,
-                                                  &Op::template run<float>, &Op::template run<double>,
-                                                  &Op::cuda_unit,      &Op::cuda_params};
+inline constexpr custom_kernels custom_kernels_of{&Op::shape,
+                                                  &Op::error,
+                                                  &Op::summary,
+                                                  &Op::template run<float>,
+                                                  &Op::template run<double>,
+                                                  &Op::cuda_unit,
+                                                  &Op::cuda_params};
 
 /// The host kernel of a custom node for element type T.
 template <class T>

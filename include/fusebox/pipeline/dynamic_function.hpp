@@ -203,91 +203,87 @@ class dynamic_function {
   /// in torch.compile's eager fallback: the call's stream is synchronised, the operand copied to
   /// host memory, the function's result copied back to device memory of its own (run_break_on_host).
   static void run_breaks(typename Prog::frame_t& f, call_facts& c, std::size_t n_args) {
-    {
+    for (std::size_t i = 0; i < N; ++i) {
+      const ir::node& n = Prog::nodes[i];
+      if (n.desc.kind != node_kind::opaque) continue;
+      std::uint32_t mask = 0;
+      for (std::size_t d = 0; d < n.desc.shape.rank; ++d)
+        if (n.desc.shape.extent[d] == dyn) mask |= 1u << d;
+      c.extents.push_back(dims{});  // unknown until its segment has run
+      c.unit_inner.push_back(true);
+      c.aligned.push_back(true);
+      c.dyn_mask.push_back(mask);
+    }
+    const auto g = merge_duplicates(numbered(c.extents.size()), c.payload_class, Prog::graph::outputs);
+    const auto level = break_levels(g);
+    int top = -1;
+    for (std::size_t i = 0; i < NB; ++i)
+      if (g[i].desc.kind == node_kind::opaque) top = std::max(top, level[i]);
+    for (int at = 0; at <= top; ++at) {
+      const auto prog = segment_program(c, at);
+      const auto concrete = specialise(prog->graph, c.extents);
+      const auto roots = break_operands(g, level, at);
+      cpu::frame<T, NB> seg;  // no copy_to: the roots stay where they are computed
       for (std::size_t i = 0; i < N; ++i) {
-        const ir::node& n = Prog::nodes[i];
-        if (n.desc.kind != node_kind::opaque) continue;
-        std::uint32_t mask = 0;
-        for (std::size_t d = 0; d < n.desc.shape.rank; ++d)
-          if (n.desc.shape.extent[d] == dyn) mask |= 1u << d;
-        c.extents.push_back(dims{});  // unknown until its segment has run
-        c.unit_inner.push_back(true);
-        c.aligned.push_back(true);
-        c.dyn_mask.push_back(mask);
+        seg.loc[i] = f.loc[i];
+        seg.payload[i] = f.payload[i];
       }
-      const auto g = merge_duplicates(numbered(c.extents.size()), c.payload_class, Prog::graph::outputs);
-      const auto level = break_levels(g);
-      int top = -1;
-      for (std::size_t i = 0; i < NB; ++i)
-        if (g[i].desc.kind == node_kind::opaque) top = std::max(top, level[i]);
-      for (int at = 0; at <= top; ++at) {
-        const auto prog = segment_program(c, at);
-        const auto concrete = specialise(prog->graph, c.extents);
-        const auto roots = break_operands(g, level, at);
-        cpu::frame<T, NB> seg;  // no copy_to: the roots stay where they are computed
-        for (std::size_t i = 0; i < N; ++i) {
-          seg.loc[i] = f.loc[i];
-          seg.payload[i] = f.payload[i];
-        }
-        // Computed roots get memory of their own, alive for the call (the segment's arena is
-        // reused, and a user function may return a view of its operand); on the device, buffers
-        // kept per model type and reused by the next call (it synchronises before writing them).
-        std::array<storage_ptr, NB> owned{};
-        for (int r : roots) {
-          const node_kind k = prog->graph[r].desc.kind;
-          if (seg_owned(owned, r) || ir::is_leaf_kind(k) || k == node_kind::view || k == node_kind::opaque) continue;
-          const dims& shape = concrete[r].desc.shape;
-          const std::size_t bytes = std::max<std::size_t>(1, shape.size()) * sizeof(T);
-          T* at_memory = nullptr;
-          if constexpr (on_cuda) {
-            cuda::device_buffer& b = break_buffers()[static_cast<std::size_t>(r)];
-            b.ensure(bytes);
-            at_memory = reinterpret_cast<T*>(b.get());
-            owned[r] = storage_ptr(std::shared_ptr<void>{}, reinterpret_cast<std::byte*>(at_memory));
-          } else {
-            owned[r] = allocate_storage(bytes);
-            at_memory = reinterpret_cast<T*>(owned[r].get());
-          }
-          seg.loc[r] = strided<T>{at_memory, shape, contiguous_strides(shape)};
-        }
-        auto& rt = segment_runtime();
+      // Computed roots get memory of their own, alive for the call (the segment's arena is
+      // reused, and a user function may return a view of its operand); on the device, buffers
+      // kept per model type and reused by the next call (it synchronises before writing them).
+      std::array<storage_ptr, NB> owned{};
+      for (int r : roots) {
+        const node_kind k = prog->graph[r].desc.kind;
+        if (owned[r] || ir::is_leaf_kind(k) || k == node_kind::view || k == node_kind::opaque) continue;
+        const dims& shape = concrete[r].desc.shape;
+        const std::size_t bytes = std::max<std::size_t>(1, shape.size()) * sizeof(T);
+        T* at_memory = nullptr;
         if constexpr (on_cuda) {
-          if (prog->storage != dtype::f32)
-            throw invalid_argument("fusebox: a graph break (opaque user function or item()) on the CUDA backend "
-                                   "needs float32 storage; this model stores " + std::string(fusebox::name(prog->storage)));
-          prog->run(seg, concrete, rt);
-          rt.stream.sync();  // the operands are read on the host next
+          cuda::device_buffer& b = break_buffers()[static_cast<std::size_t>(r)];
+          b.ensure(bytes);
+          at_memory = reinterpret_cast<T*>(b.get());
+          owned[r] = storage_ptr(std::shared_ptr<void>{}, reinterpret_cast<std::byte*>(at_memory));
         } else {
-          seg.pool = rt.pool;
-          prog->run(seg, concrete, rt, [&f, &prog](int id, cpu::frame<T, NB>& gf) { bind_break(*prog, f, id, gf); });
+          owned[r] = allocate_storage(bytes);
+          at_memory = reinterpret_cast<T*>(owned[r].get());
         }
-        for (std::size_t o = 0; o < N; ++o) {
-          if (g[o].desc.kind != node_kind::opaque || level[o] != at) continue;
-          // The function reads its operand where the model's own graph has it (merging may have
-          // pointed the opaque node at an earlier copy of it).
-          const int r = g[o].inputs[0], own = Prog::nodes[o].inputs[0];
-          f.loc[own] = seg.loc[r];
-          if (owned[r]) f.keep[own] = owned[r];
-          if constexpr (on_cuda) run_break_on_host(static_cast<int>(o), own, f);
-          else Prog::run_opaque_at(static_cast<int>(o), f);
-          check_break_result(static_cast<int>(o), f);
-          c.extents[g[o].desc.input_index] = f.loc[o].shape;
-        }
+        seg.loc[r] = strided<T>{at_memory, shape, contiguous_strides(shape)};
       }
-      // An opaque node merged into an earlier one (one capture, e.g. softmax's copies of its
-      // operand) is that one's value.
+      auto& rt = segment_runtime();
+      if constexpr (on_cuda) {
+        if (prog->storage != dtype::f32)
+          throw invalid_argument("fusebox: a graph break (opaque user function or item()) on the CUDA backend "
+                                 "needs float32 storage; this model stores " + std::string(fusebox::name(prog->storage)));
+        prog->run(seg, concrete, rt);
+        rt.stream.sync();  // the operands are read on the host next
+      } else {
+        seg.pool = rt.pool;
+        prog->run(seg, concrete, rt, [&f, &prog](int id, cpu::frame<T, NB>& gf) { bind_break(*prog, f, id, gf); });
+      }
       for (std::size_t o = 0; o < N; ++o) {
-        const int first = c.payload_class[o];
-        if (Prog::nodes[o].desc.kind != node_kind::opaque || first < 0 || first == static_cast<int>(o)) continue;
-        if (c.extents[n_args + break_rank(o)].rank != 0) continue;
-        c.extents[n_args + break_rank(o)] = c.extents[n_args + break_rank(static_cast<std::size_t>(first))];
-        f.loc[o] = f.loc[first];
-        f.keep[o] = f.keep[first];
+        if (g[o].desc.kind != node_kind::opaque || level[o] != at) continue;
+        // The function reads its operand where the model's own graph has it (merging may have
+        // pointed the opaque node at an earlier copy of it).
+        const int r = g[o].inputs[0], own = Prog::nodes[o].inputs[0];
+        f.loc[own] = seg.loc[r];
+        if (owned[r]) f.keep[own] = owned[r];
+        if constexpr (on_cuda) run_break_on_host(static_cast<int>(o), own, f);
+        else Prog::run_opaque_at(static_cast<int>(o), f);
+        check_break_result(static_cast<int>(o), f);
+        c.extents[g[o].desc.input_index] = f.loc[o].shape;
       }
     }
+    // An opaque node merged into an earlier one (one capture, e.g. softmax's copies of its
+    // operand) is that one's value.
+    for (std::size_t o = 0; o < N; ++o) {
+      const int first = c.payload_class[o];
+      if (Prog::nodes[o].desc.kind != node_kind::opaque || first < 0 || first == static_cast<int>(o)) continue;
+      if (c.extents[n_args + break_rank(o)].rank != 0) continue;
+      c.extents[n_args + break_rank(o)] = c.extents[n_args + break_rank(static_cast<std::size_t>(first))];
+      f.loc[o] = f.loc[first];
+      f.keep[o] = f.keep[first];
+    }
   }
-
-  static bool seg_owned(const std::array<storage_ptr, NB>& owned, int r) { return owned[static_cast<std::size_t>(r)] != nullptr; }
 
   /// The device memory of a model's graph-break values (segment roots, user functions' results),
   /// per node, kept per thread and model type and reused by the next call.

@@ -17,7 +17,9 @@
 //                    length: about four chunks a thread, 32 to 256); each pass accumulates in
 //                    registers, then warp shuffles and one shared word per warp, in a fixed order.
 //   matmul           cuBLASLt (float32, CUBLAS_COMPUTE_32F, the default choice of jit::lt_choices),
-//                    then the epilogue group as `elementwise<Prog, K, L>` over the product, in place.
+//                    taking the epilogue where the schedule says it can (device_schedule: bias row,
+//                    residual, relu / gelu_tanh, as on the run-time path), else the epilogue group
+//                    as `elementwise<Prog, K, L>` over the product, in place.
 //   copy             a device copy.
 // Anything else (column reductions, attention, gather, conv/pooling, pad, graph breaks), an op
 // without `on_device`, a storage type other than float, or a dyn extent: `supported` is false and
@@ -75,6 +77,16 @@ inline constexpr dims space_of = [] {
   const plan::kernel& kn = Prog::plan.kernels[K];
   const dims s = kn.kind == plan::kernel_kind::matmul ? Prog::nodes[kn.node].desc.shape : kn.space;
   return s.rank == 0 ? dims{1, {1}} : s;
+}();
+
+/// The schedule for the GPU (schedule/schedule.hpp), made at build time: here, what cuBLASLt takes
+/// of each matmul's epilogue, as on the run-time path. Operands are taken to have unit inner
+/// stride (a bias row's is checked per call).
+template <class Prog>
+inline constexpr schedule::schedule_t<Prog::N> device_schedule = [] {
+  std::array<bool, Prog::N> unit{};
+  unit.fill(true);
+  return schedule::make_schedule(Prog::nodes, Prog::plan, unit, schedule::cuda_caps);
 }();
 
 template <class Prog, int G>
@@ -442,19 +454,40 @@ struct runner {
     prob.stride_a = A.shape.rank == 3 && A.shape.extent[0] != 1 ? A.stride[0] : 0;
     prob.stride_b = B.shape.rank == 3 && B.shape.extent[0] != 1 ? B.stride[0] : 0;
     if (prob.batch == 1) prob.stride_a = prob.stride_b = cuda::lt_problem::packed;
+    // The schedule's share of the epilogue for cuBLASLt (bias row, residual, relu / gelu_tanh), where
+    // this call's residual is contiguous and its bias row has unit stride; else the epilogue kernel.
+    constexpr schedule::library_epilogue lib = device_schedule<Prog>.kernels[K].library;
+    bool fused = lib.usable(f.loc.data());
+    if constexpr (lib.bias >= 0) {
+      const strided<float>& bias = f.loc[lib.bias];
+      fused = fused && (bias.shape.rank == 0 || bias.stride[bias.shape.rank - 1] == 1 || bias.shape.back(0) == 1);
+    }
+    const void* bias_data = fused && lib.bias >= 0 ? static_cast<const void*>(f.loc[lib.bias].data) : nullptr;
+    const void* residual_data = fused && lib.residual >= 0 ? static_cast<const void*>(f.loc[lib.residual].data) : nullptr;
+    if (fused) {
+      prob.bias = lib.bias >= 0;
+      prob.residual = lib.residual >= 0;
+      prob.epilogue = lib.act == schedule::activation::relu        ? cuda::lt_epilogue::relu
+                      : lib.act == schedule::activation::gelu_tanh ? cuda::lt_epilogue::gelu_tanh
+                                                                   : cuda::lt_epilogue::none;
+    }
     std::uint32_t align = 256;
     for (const void* ptr : {static_cast<const void*>(A.data), static_cast<const void*>(B.data),
-                            static_cast<const void*>(C.data)})
-      while (align > sizeof(float) && reinterpret_cast<std::uintptr_t>(ptr) % align != 0) align /= 2;
+                            static_cast<const void*>(C.data), bias_data, residual_data})
+      while (ptr && align > sizeof(float) && reinterpret_cast<std::uintptr_t>(ptr) % align != 0) align /= 2;
     prob.alignment = align;
     {
-      profile::scoped_span span("cuBLASLt matmul (static path)", "kernel");
+      profile::scoped_span span(fused ? "cuBLASLt matmul + epilogue (static path)" : "cuBLASLt matmul (static path)",
+                                "kernel");
       jit::lt_choices::instance().matmul(prob, reinterpret_cast<cuda::CUdeviceptr>(A.data),
                                          reinterpret_cast<cuda::CUdeviceptr>(B.data),
-                                         reinterpret_cast<cuda::CUdeviceptr>(C.data), 0,
-                                         reinterpret_cast<cuda::CUstream>(on));
+                                         reinterpret_cast<cuda::CUdeviceptr>(C.data),
+                                         reinterpret_cast<cuda::CUdeviceptr>(bias_data),
+                                         reinterpret_cast<cuda::CUstream>(on),
+                                         reinterpret_cast<cuda::CUdeviceptr>(residual_data));
     }
-    if constexpr (kn.group >= 0) launch_group<K>(f, on, sms);
+    if constexpr (kn.group >= 0)
+      if (!fused) launch_group<K>(f, on, sms);
   }
 
   template <int K>
