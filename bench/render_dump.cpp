@@ -8,41 +8,14 @@
 //   ./old > old.txt; ./new > new.txt; cmp old.txt new.txt
 //
 // NEW_API: render_cuda_kernel takes the whole schedule (since run AB) rather than one kernel's.
-#include <fusebox/fusebox.hpp>
 #include <cstdio>
 #include <string>
-namespace fb = fusebox;
 
-template <class Prog, class D>
-fb::jit::guard guard_for(std::size_t rows) {
-  std::size_t args = 0;
-  for (std::size_t i = 0; i < Prog::N; ++i)
-    if (Prog::nodes[i].desc.kind == fb::node_kind::input)
-      args = std::max(args, static_cast<std::size_t>(Prog::nodes[i].desc.input_index) + 1);
-  fb::jit::guard g;
-  g.pattern.assign(args, fb::dims{});
-  for (std::size_t i = 0; i < Prog::N; ++i) {
-    const auto& n = Prog::nodes[i];
-    if (n.desc.kind != fb::node_kind::input) continue;
-    fb::dims d = n.desc.shape;
-    for (std::size_t k = 0; k < d.rank; ++k)
-      if (d.extent[k] == fb::dyn) d.extent[k] = rows ? rows : fb::symbol(0);
-    g.pattern[n.desc.input_index] = d;
-  }
-  g.unit_inner.assign(args, true);
-  g.aligned.assign(args, true);
-  g.payload_class.assign(Prog::N, -1);
-  for (std::size_t i = 0; i < Prog::N; ++i) {
-    if (Prog::nodes[i].payload_slot < 0 || !fb::ir::is_payload_kind(Prog::nodes[i].desc.kind)) continue;
-    g.payload_class[i] = static_cast<int>(i);
-    for (std::size_t j = 0; j < i; ++j)
-      if (g.payload_class[j] == static_cast<int>(j) && Prog::nodes[j].type == Prog::nodes[i].type) {
-        g.payload_class[i] = static_cast<int>(j);
-        break;
-      }
-  }
-  return g;
-}
+#include <fusebox/fusebox.hpp>
+
+#include "../tests/support/planned_guard.hpp"
+
+namespace fb = fusebox;
 
 template <class E>
 void dump(const char* name, std::size_t rows) {
@@ -50,7 +23,7 @@ void dump(const char* name, std::size_t rows) {
   {
     using D = fb::jit::dynamic_function<Prog, fb::jit::cuda_target>;
     typename D::program_t p;
-    D::specialise_into(p, guard_for<Prog, D>(rows));
+    D::specialise_into(p, fbt::planned_guard<Prog>(rows));
     for (int k = 0; k < p.plan.n_kernels; ++k)
       if (D::generated(p.plan.kernels[k])) {
 #ifdef NEW_API
@@ -63,7 +36,7 @@ void dump(const char* name, std::size_t rows) {
   }
   {
     using D = fb::jit::dynamic_function<Prog, fb::jit::cpu_target>;
-    const auto pr = D::prepare(guard_for<Prog, D>(rows));
+    const auto pr = D::prepare(fbt::planned_guard<Prog>(rows));
     for (const auto& r : pr.sources) std::printf("=== %s rows %zu cpu\n%s\n", name, rows, r.source.c_str());
   }
 }

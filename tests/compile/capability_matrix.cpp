@@ -44,6 +44,8 @@
 #include "../support/check.hpp"
 #include "../support/gpu.hpp"
 #include "../support/mse_relu.hpp"
+#include "../support/planned_guard.hpp"
+#include "../support/profile_spans.hpp"
 #include "../support/private_cache.hpp"
 
 namespace fb = fusebox;
@@ -111,25 +113,8 @@ void check_bounded(const Y& y, const std::vector<double>& ref, const std::vector
                      [&](const coord& i) { return bound[flat_of(i, d)]; }, what);
 }
 
-/// Names of the kernel spans recorded by the last profile session.
-std::vector<std::string> kernel_spans() {
-  std::vector<std::string> names;
-  for (const auto& e : fb::profile::events())
-    if (!e.instant && e.category == "kernel") names.push_back(e.name);
-  return names;
-}
-
-/// Runs f() while the profiler records; returns the kernel spans' names.
-template <class F>
-std::vector<std::string> profiled(F&& f) {
-  fb::profile::clear();
-  fb::profile::start();
-  f();
-  fb::profile::stop();
-  auto names = kernel_spans();
-  fb::profile::clear();
-  return names;
-}
+using fbt::kernel_spans;
+using fbt::profiled;
 
 int spans_with(const std::vector<std::string>& names, const std::string& part) {
   int n = 0;
@@ -154,34 +139,8 @@ std::string joined(const std::vector<std::string>& names) {
 template <class Prog, class Inspect>
 void cuda_program_of_prog(std::size_t rows, const char* name, Inspect&& inspect) {
   using D = fb::jit::dynamic_function<Prog, fb::jit::cuda_target>;
-  std::size_t args = 0;
-  for (std::size_t i = 0; i < Prog::N; ++i)
-    if (Prog::nodes[i].desc.kind == fb::node_kind::input)
-      args = std::max(args, static_cast<std::size_t>(Prog::nodes[i].desc.input_index) + 1);
-  fb::jit::guard g;
-  g.pattern.assign(args, fb::dims{});
-  for (std::size_t i = 0; i < Prog::N; ++i) {
-    const auto& n = Prog::nodes[i];
-    if (n.desc.kind != fb::node_kind::input) continue;
-    fb::dims d = n.desc.shape;
-    for (std::size_t k = 0; k < d.rank; ++k)
-      if (d.extent[k] == fb::dyn) d.extent[k] = rows ? rows : fb::symbol(0);
-    g.pattern[n.desc.input_index] = d;
-  }
-  g.unit_inner.assign(args, true);
-  g.aligned.assign(args, true);
-  g.payload_class.assign(Prog::N, -1);  // as jit::payload_classes numbers a call's equal payloads
-  for (std::size_t i = 0; i < Prog::N; ++i) {
-    if (Prog::nodes[i].payload_slot < 0 || !fb::ir::is_payload_kind(Prog::nodes[i].desc.kind)) continue;
-    g.payload_class[i] = static_cast<int>(i);
-    for (std::size_t j = 0; j < i; ++j)
-      if (g.payload_class[j] == static_cast<int>(j) && Prog::nodes[j].type == Prog::nodes[i].type) {
-        g.payload_class[i] = static_cast<int>(j);
-        break;
-      }
-  }
   typename D::program_t p;
-  D::specialise_into(p, g);
+  D::specialise_into(p, fbt::planned_guard<Prog>(rows));
   std::vector<fb::jit::rendered_cuda_kernel> kernels;
   for (int k = 0; k < p.plan.n_kernels; ++k)
     if (D::generated(p.plan.kernels[k]))

@@ -16,6 +16,7 @@
 #include <fusebox/fusebox.hpp>
 
 #include "../support/gpu.hpp"
+#include "../support/profile_spans.hpp"
 
 #if !defined(__CUDACC__)
 #error "static_nvcc.cu must be compiled by nvcc"
@@ -148,21 +149,6 @@ void check_mlp() {
   CHECK(worst(y, z) < 1e-5);
 }
 
-/// The kernel spans' names recorded while `call` runs.
-template <class F>
-std::vector<std::string> kernel_spans_of(F&& call) {
-  fb::profile::clear();
-  fb::profile::start();
-  call();
-  fb::cuda::synchronize();
-  fb::profile::stop();
-  std::vector<std::string> names;
-  for (const auto& e : fb::profile::events())
-    if (!e.instant && e.category == "kernel") names.push_back(e.name);
-  fb::profile::clear();
-  return names;
-}
-
 /// relu(x m + b), and x m + b + r: epilogues cuBLASLt takes whole on the static path as on the
 /// run-time path (the schedule's library_epilogue): one span, the library call, every element
 /// against a double reference.
@@ -196,8 +182,8 @@ void check_library_epilogues() {
   (void)on_static_path([&] { return relu_model(dx, dm, db); });  // cuBLASLt's choice made
   (void)on_static_path([&] { return residual_model(dx, dm, db, dres); });
   fb::cuda::tensor<float, fb::shape<R, C>> y1, y2;
-  const auto spans1 = kernel_spans_of([&] { y1 = on_static_path([&] { return relu_model(dx, dm, db); }); });
-  const auto spans2 = kernel_spans_of([&] { y2 = on_static_path([&] { return residual_model(dx, dm, db, dres); }); });
+  const auto spans1 = fbt::profiled([&] { y1 = on_static_path([&] { return relu_model(dx, dm, db); }); });
+  const auto spans2 = fbt::profiled([&] { y2 = on_static_path([&] { return residual_model(dx, dm, db, dres); }); });
   REQUIRE(spans1.size() == 1);
   CHECK(spans1[0] == "cuBLASLt matmul + epilogue (static path)");
   REQUIRE(spans2.size() == 1);
