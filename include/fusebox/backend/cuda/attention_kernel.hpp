@@ -19,13 +19,16 @@
 //   fusebox_kernel_v1  any storage and layout: a warp per query row, lanes across the head dim,
 //                      the same online softmax in float (the float32 path, and strides that the
 //                      tensor-core entry cannot take: odd strides, unaligned data).
-// Depends on: backend/cuda/codegen.hpp (rendered_cuda_kernel, the prelude's storage types), backend/cuda/module.hpp.
+// Its gradient nodes (desc.variant 1-3) render as backend/cuda/attention_backward_kernel.hpp's unit.
+// Depends on: backend/cuda/codegen.hpp (rendered_cuda_kernel, the prelude's storage types), backend/cuda/module.hpp,
+// backend/cuda/attention_backward_kernel.hpp.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <string>
 
+#include "fusebox/backend/cuda/attention_backward_kernel.hpp"
 #include "fusebox/backend/cuda/codegen.hpp"
 #include "fusebox/backend/cuda/module.hpp"
 #include "fusebox/core/errors.hpp"
@@ -52,10 +55,8 @@ inline bool attention_tensor_cores(dtype storage, std::size_t e, std::size_t ev)
 
 inline rendered_cuda_kernel render_cuda_attention(const ir::node& n, const ir::node& q, const ir::node& v,
                                                   dtype storage) {
-  if (n.desc.variant != 0)  // the gradient kernels (expr/grad_nodes.hpp): backend/cpu/attention.hpp only
-    throw invalid_argument(std::string("fusebox: ") + n.desc.name + " (attention's gradient; q is " +
-                           to_string(q.desc.shape) + ", v is " + to_string(v.desc.shape) +
-                           ") has no CUDA kernel yet: compile(grad(...)) through attention() runs on host tensors");
+  if (n.desc.variant != 0)  // the gradient kernels (expr/grad_nodes.hpp): a unit of their own
+    return render_cuda_attention_backward(n, q, v, storage);
   const std::size_t e = q.desc.shape.back(0), ev = v.desc.shape.back(0);
   if (!is_known_extent(e) || !is_known_extent(ev))
     throw invalid_argument("fusebox: attention on the CUDA backend needs head dims known when compiling; q is " +

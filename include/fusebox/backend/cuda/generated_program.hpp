@@ -5,7 +5,8 @@
 // kernels for rows, column reductions and matmul epilogues; cuBLASLt for products; device copies;
 // hand-written units for attention (backend/cuda/attention_kernel.hpp), conv2d, pooling, embedding and pad
 // (backend/cuda/spatial_kernels.hpp), the latter with a device scratch after the arena's nodes (the weight
-// gradient's split partials, embedding_backward's row counts, one bad-id flag per gather kernel).
+// gradient's split partials, embedding_backward's row counts, one bad-id flag per gather kernel,
+// attention's gradient kernels' L and D per query row: backend/cuda/attention_backward_kernel.hpp).
 //
 // Launch shapes: elementwise kernels take 256 threads a block and a grid of at most 32 blocks per
 // SM (grid-stride beyond); row kernels one block per row (grid-stride over rows) with enough
@@ -198,7 +199,7 @@ struct cuda_program {
     return has_gather() ? (8 * static_cast<std::size_t>(p.n_kernels) + 255) / 256 * 256 : 0;
   }
 
-  /// The most scratch one spatial or gather kernel needs for this call (they run one after another).
+  /// The most scratch one spatial, gather or attention-gradient kernel needs for this call (they run one after another).
   std::size_t op_scratch_bytes(const plan::plan_t<N>& p, const std::array<ir::node, N>& concrete) const {
     std::size_t most = 0;
     for (int k = 0; k < p.n_kernels; ++k) {
@@ -208,6 +209,8 @@ struct cuda_program {
                                                     concrete[n.inputs[n.n_inputs - 1]].desc.shape, n.desc.shape));
       else if (p.kernels[k].kind == plan::kernel_kind::gather)
         most = std::max(most, gather_scratch_bytes(n, n.desc.shape));
+      else if (p.kernels[k].kind == plan::kernel_kind::attention && n.desc.variant != 0)  // L and D per query row
+        most = std::max(most, attention_backward_scratch_bytes(concrete[n.inputs[0]].desc.shape));
     }
     return most;
   }
@@ -276,6 +279,13 @@ struct cuda_program {
           break;
         case plan::kernel_kind::attention: {
           const ir::node& n = nodes[kn.node];
+          if (n.desc.variant != 0) {  // a gradient kernel: reads q, k, v, o and the gradient at o
+            profile::scoped_span span(kernels[k].summary, "kernel");
+            launch_attention_backward(kernels[k], vector_entry[k], wide_entry[k], scalar_entry[k], n.desc.variant,
+                                      f.loc[n.inputs[0]], f.loc[n.inputs[1]], f.loc[n.inputs[2]], f.loc[n.inputs[3]],
+                                      f.loc[n.inputs[4]], f.loc[kn.node], scratch, on);
+            break;
+          }
           const strided<T>&q = f.loc[n.inputs[0]], &kk = f.loc[n.inputs[1]], &v = f.loc[n.inputs[2]], &o = f.loc[kn.node];
           auto own = [&](int times) {
             bool tc = false;

@@ -157,8 +157,11 @@ class cuda_store {
       const unit_entry& e = units[of[i]];
       const std::string& name = e.unit.entry[0];
       b.modules.push_back(e.module);
-      // Attention kernels have no 32-bytes-a-thread entry (backend/cuda/attention_kernel.hpp).
-      b.wide_entry.push_back(kernels[i].kind == plan::kernel_kind::attention ? nullptr : e.module->function(name + "_w"));
+      // The attention forward has no 32-bytes-a-thread entry (backend/cuda/attention_kernel.hpp); its
+      // gradient's unit has one (its dq kernel: backend/cuda/attention_backward_kernel.hpp).
+      const bool no_wide = kernels[i].kind == plan::kernel_kind::attention &&
+                           kernels[i].source.find("fusebox_kernel_w(") == std::string::npos;
+      b.wide_entry.push_back(no_wide ? nullptr : e.module->function(name + "_w"));
       b.vector_entry.push_back(e.module->function(name));
       b.scalar_entry.push_back(e.module->function(name + "_v1"));
     }
