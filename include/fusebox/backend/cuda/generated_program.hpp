@@ -40,6 +40,7 @@
 #include "fusebox/backend/cuda/module.hpp"
 #include "fusebox/backend/cuda/module_store.hpp"
 #include "fusebox/backend/cuda/spatial_kernels.hpp"
+#include "fusebox/backend/cuda/strided_copy.hpp"
 #include "fusebox/core/low_precision.hpp"
 #include "fusebox/profile.hpp"
 #include "fusebox/schedule/schedule.hpp"
@@ -630,12 +631,17 @@ struct cuda_program {
     else lt_choices::instance().matmul(prob, a, b, c, bv, on, rv);
   }
 
+  /// An output that is a leaf or a view, copied into its result (backend/cuda/strided_copy.hpp).
   static void copy(const strided<T>& from, const strided<T>& to, cuda::CUstream on) {
-    if (!from.contiguous() || !to.contiguous() || !(from.shape == to.shape))
-      throw invalid_argument("fusebox: a strided copy on the CUDA backend (from " + to_string(from.shape) + " to " +
-                             to_string(to.shape) + ") is not supported yet; make the output contiguous");
-    cuda::copy_on_device_async(reinterpret_cast<cuda::CUdeviceptr>(to.data), reinterpret_cast<cuda::CUdeviceptr>(from.data),
-                               from.shape.size() * sizeof(T), on);
+    if (!(from.shape == to.shape))
+      throw invalid_argument("fusebox internal: a copy on the CUDA backend from " + to_string(from.shape) + " to " +
+                             to_string(to.shape));
+    if (from.contiguous() && to.contiguous())
+      cuda::copy_on_device_async(reinterpret_cast<cuda::CUdeviceptr>(to.data),
+                                 reinterpret_cast<cuda::CUdeviceptr>(from.data), from.shape.size() * sizeof(T), on);
+    else
+      cuda::strided_copy_async(reinterpret_cast<cuda::CUdeviceptr>(to.data), to.stride,
+                               reinterpret_cast<cuda::CUdeviceptr>(from.data), from.stride, from.shape, sizeof(T), on);
   }
 };
 

@@ -501,11 +501,13 @@ struct runner {
       static_assert(kn.kind == plan::kernel_kind::copy, "fusebox internal: supported<> let an unknown kernel through");
       const strided<float>& from = f.loc[kn.node];
       const strided<float>& to = f.copy_to[kn.node];
-      if (!from.contiguous() || !to.contiguous())
-        throw invalid_argument("fusebox: a strided copy on the CUDA backend (from " + to_string(from.shape) + " to " +
-                               to_string(to.shape) + ") is not supported yet; make the output contiguous");
-      cuda::copy_on_device_async(reinterpret_cast<cuda::CUdeviceptr>(to.data),
-                                 reinterpret_cast<cuda::CUdeviceptr>(from.data), from.shape.size() * sizeof(float),
+      if (from.contiguous() && to.contiguous())
+        cuda::copy_on_device_async(reinterpret_cast<cuda::CUdeviceptr>(to.data),
+                                   reinterpret_cast<cuda::CUdeviceptr>(from.data), from.shape.size() * sizeof(float),
+                                   reinterpret_cast<cuda::CUstream>(on));
+      else
+        cuda::strided_copy_async(reinterpret_cast<cuda::CUdeviceptr>(to.data), to.stride,
+                                 reinterpret_cast<cuda::CUdeviceptr>(from.data), from.stride, from.shape, sizeof(float),
                                  reinterpret_cast<cuda::CUstream>(on));
     }
   }
