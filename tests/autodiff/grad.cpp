@@ -239,6 +239,24 @@ TEST_CASE("autodiff: compiled value_and_grad on a dyn batch: every gradient elem
   fb::set_stance(fb::stance::default_);
 }
 
+TEST_CASE("autodiff: a dyn extent of 1 broadcast against another dyn extent is refused, naming the compile() line",
+          "[autodiff][dyn]") {
+  // The backward's sums over broadcast dimensions are fixed by the types: x's gradient would come
+  // out [3, 4] for an x of [1, 4].
+  using dx_t = fb::tensor<float, fb::shape<fb::dyn, 4>>;
+  auto g = fb::compile(fb::grad([](const auto& x, const auto& y) { return fb::sum(fb::sum(x * y)); }));
+  dx_t x(1), y(3);
+  fbt::fill_signed(x, 11, 0.1, 1.0);
+  fbt::fill_signed(y, 12, 0.1, 1.0);
+  CHECK_THROWS_WITH(g(x, y), Catch::Contains("gradient of argument 0 [1, 4]") && Catch::Contains("[3, 4]") &&
+                                 Catch::Contains("grad.cpp:"));
+  // The same shapes without the broadcast still run.
+  dx_t y1(1);
+  fbt::fill_signed(y1, 13, 0.1, 1.0);
+  const auto dx = g(x, y1);
+  for (std::size_t i = 0; i < 4; ++i) CHECK(dx.flat(i) == Approx(y1.flat(i)));
+}
+
 TEST_CASE("autodiff: compiled value_and_grad on a dyn batch on the GPU matches the reference", "[autodiff][dyn][cuda]") {
   if (!fb::cuda::available()) {
     WARN("no CUDA device: skipped");

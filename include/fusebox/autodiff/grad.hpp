@@ -227,17 +227,18 @@ struct plan_of<F, wrt_t<W...>, Args...> {
   /// With dyn extents: each gradient has its argument's extents in this call. The backward's sums
   /// over broadcast dimensions are fixed by the types, so a dyn extent that is 1 in this call,
   /// broadcast against another dyn extent, would give a gradient of another shape: refused by name.
+  /// `site` is the user's compile() line.
   template <class Outs, class... A>
-  static void check_gradient_extents(const Outs& outs, const A&... args) {
+  static void check_gradient_extents(const std::source_location& site, const Outs& outs, const A&... args) {
     const auto targs = std::tie(args...);
     [&]<std::size_t... G>(std::index_sequence<G...>) {
       constexpr std::size_t w[] = {W...};
-      auto check = [](const dims& got, const dims& want, std::size_t arg) {
+      auto check = [&](const dims& got, const dims& want, std::size_t arg) {
         if (!(got == want))
           throw shape_error("fusebox::grad: the gradient of argument " + std::to_string(arg) + " " + to_string(want) +
                                 " came out " + to_string(got) + " in this call: a dyn extent of 1 broadcast against "
                                 "another dyn extent. Fix: give the broadcast dimension extent 1 in the tensor type",
-                            std::source_location::current());
+                            site);
       };
       (check(std::get<G + 1>(outs).extents(), std::get<w[G]>(targs).extents(), w[G]), ...);
     }(std::make_index_sequence<sizeof...(W)>{});
@@ -388,7 +389,9 @@ class compiled_grad {
   using program_for = typename detail::plan_of<F, Wrt, detail::host_type_t<Args>...>::template budgeted_t<Budget>;
 
  public:
-  compiled_grad(grad_fn<F, Wrt, WithValue> g, options opts) : g_(std::move(g)), st_(opts) {}
+  /// `site`: the user's compile() line, which run-time errors of the call name.
+  compiled_grad(grad_fn<F, Wrt, WithValue> g, options opts, std::source_location site)
+      : g_(std::move(g)), st_(opts), site_(site) {}
 
   /// The joint program (forward and backward, one plan) a call with these argument types runs
   /// (host or device tensors alike): what explain() reports, and what tests plan for the GPU.
@@ -469,7 +472,7 @@ class compiled_grad {
         st_, f, P::inputs, "compiled gradient", [&](const auto& shapes, const auto& o) {
           if constexpr (!P::all_static) {
             b.constants(detail::call_shapes<Prog, std::decay_t<decltype(shapes)>>{shapes});
-            P::check_gradient_extents(o, args...);
+            P::check_gradient_extents(site_, o, args...);
           }
         });
     if (!outs)
@@ -519,7 +522,7 @@ class compiled_grad {
           // With dyn extents the rules' constants depend on the call's extents (mean's 1 / n).
           if constexpr (!P::all_static) {
             b.constants(detail::call_shapes<Prog, std::decay_t<decltype(shapes)>>{shapes});
-            P::check_gradient_extents(o, args...);
+            P::check_gradient_extents(site_, o, args...);
           }
           upload_numbers<P>(b);
         });
@@ -551,6 +554,7 @@ class compiled_grad {
 
   grad_fn<F, Wrt, WithValue> g_;
   pipeline::function_state st_;
+  std::source_location site_;
   std::unique_ptr<cuda::device_buffer> numbers_;  // lifted numbers on the device
   std::vector<std::byte> uploaded_;               // what numbers_ holds
 };
@@ -583,16 +587,16 @@ template <class F, class Wrt, bool WithValue>
 auto compile(autodiff::grad_fn<F, Wrt, WithValue> g, options opts = {},
              std::source_location loc = std::source_location::current()) {
   if (opts.activation_memory_budget != 1.0f) autodiff::check_memory_budget(opts.activation_memory_budget, loc);
-  return autodiff::compiled_grad<F, Wrt, WithValue>(std::move(g), opts);
+  return autodiff::compiled_grad<F, Wrt, WithValue>(std::move(g), opts, loc);
 }
 template <options Static, class F, class Wrt, bool WithValue>
-auto compile(autodiff::grad_fn<F, Wrt, WithValue> g) {
+auto compile(autodiff::grad_fn<F, Wrt, WithValue> g, std::source_location loc = std::source_location::current()) {
   static_assert(autodiff::valid_memory_budget(Static.activation_memory_budget),
                 "fusebox::compile<options{.activation_memory_budget = b}>(grad(...)): b must be a number in [0, 1] "
                 "(1: keep every value the backward reads, 0: recompute every elementwise and reduction value)");
   return autodiff::compiled_grad<F, Wrt, WithValue, (autodiff::valid_memory_budget(Static.activation_memory_budget)
                                                           ? Static.activation_memory_budget
-                                                          : 1.0f)>(std::move(g), Static);
+                                                          : 1.0f)>(std::move(g), Static, loc);
 }
 
 }  // namespace fusebox

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# bench/cpu_ab.sh: "no regression" for the CPU workloads of make bench, old headers against new.
+#
+#   bench/cpu_ab.sh OLD_TREE [PAIRS] [-- cpu_workloads arguments]
+#
+# Builds bench/cpu_workloads.cpp (this tree's benchmark source) twice, against OLD_TREE/include and
+# against this tree's include/, with the flags make bench uses (-O3 -DNDEBUG -march=native, no
+# peers), then runs the two binaries alternately PAIRS times (default 4; old first in odd pairs,
+# new first in even ones) with --systems=fusebox and the given arguments (default --threads=2).
+# Prints every run's median per workload and, per workload, median(new) / median(old) over the
+# runs. The machine's speed drifts, so only ratios of alternated runs in one invocation count.
+#
+# Environment: CXX (g++), CPPFLAGS (extra -I for xsimd/Boost.Hana, e.g. -I$PWD/.deps/usr/include),
+# AB_DIR (where the binaries and JSON go; default build-ab/).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+old="${1:?usage: bench/cpu_ab.sh OLD_TREE [PAIRS] [-- cpu_workloads arguments]}"
+shift
+pairs=4
+if [ $# -gt 0 ] && [ "$1" != -- ]; then pairs="$1"; shift; fi
+[ "${1:-}" = -- ] && shift
+args=("$@")
+[ ${#args[@]} -gt 0 ] || args=(--threads=2)
+out="${AB_DIR:-$root/build-ab}"
+mkdir -p "$out"
+cxx="${CXX:-g++}"
+
+build() {  # build NAME INCLUDE_DIR
+  "$cxx" -std=c++20 -O3 -DNDEBUG -march=native ${CPPFLAGS:-} -I"$2" -I"$root/bench" \
+    "$root/bench/cpu_workloads.cpp" -o "$out/cpu_workloads_$1" -lpthread -ldl
+}
+echo "# building old ($old/include) and new ($root/include) in parallel"
+build old "$old/include" & pid_old=$!
+build new "$root/include" & pid_new=$!
+wait $pid_old && wait $pid_new
+
+echo "# machine: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) CPU(s);" \
+  "ISA flags: $(grep -o -w 'avx512f\|avx2\|asimd' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+echo "# pairs: $pairs; arguments: --systems=fusebox ${args[*]}"
+: > "$out/ab.jsonl"
+run() {  # run NAME PAIR (cpu_workloads appends to --out)
+  : > "$out/run.jsonl"
+  "$out/cpu_workloads_$1" --systems=fusebox "${args[@]}" --out="$out/run.jsonl" > /dev/null
+  sed "s/^{/{\"tree\":\"$1\",\"pair\":$2,/" "$out/run.jsonl" >> "$out/ab.jsonl"
+}
+for p in $(seq 1 "$pairs"); do
+  if [ $((p % 2)) = 1 ]; then run old "$p"; run new "$p"; else run new "$p"; run old "$p"; fi
+  echo "# pair $p done (load average: $(uptime | sed 's/.*load average: *//'))"
+done
+
+# Per workload and thread count: each run's median, then median(new) / median(old).
+python3 - "$out/ab.jsonl" <<'EOF'
+import json, statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r.get("system") != "fusebox" or "median_us" not in r: continue
+    key = (r["workload"], r.get("mode", "") + (": " + r["config"][:40] if r.get("config") else ""), r["threads"])
+    rows.setdefault(key, {"old": [], "new": []})[r["tree"]].append(r["median_us"])
+print(f"{'workload':<12} {'mode (config)':<48} {'thr':>3}  {'old runs (us)':<30} {'new runs (us)':<30} new/old")
+ratios = []
+for (w, m, t), v in sorted(rows.items()):
+    if not v["old"] or not v["new"]: continue
+    q = statistics.median(v["new"]) / statistics.median(v["old"])
+    ratios.append(q)
+    fmt = lambda xs: ", ".join(f"{x:.1f}" for x in xs)
+    print(f"{w:<12} {m:<48} {t:>3}  {fmt(v['old']):<30} {fmt(v['new']):<30} {q:.3f}")
+if ratios:
+    print(f"geomean new/old: {statistics.geometric_mean(ratios):.3f} over {len(ratios)} configurations")
+EOF
