@@ -1,8 +1,11 @@
 // backend/cpu/evaluate.hpp: evaluating an expression now. This is what eager mode runs for every op (a
 // one-node graph through the same executor), and what a graph break runs during capture (the
 // part of the model before the break, as its own compiled segment).
+// Elementwise ops and reductions of tensors (eager mode's common case) run shape-generic kernels
+// instead (backend/cpu/eager_kernels.hpp): one instantiation per op and element type, not per
+// op and shape, which is what eager mode costs a program's build (issue 22).
 // Also holds the per-thread settings of eager mode and the capture context of a compiled call.
-// Depends on: backend/cpu/invoke.hpp, expr/node.hpp.
+// Depends on: backend/cpu/invoke.hpp, backend/cpu/eager_kernels.hpp, expr/node.hpp, ops/fast_math.hpp.
 #pragma once
 
 #include <functional>
@@ -11,8 +14,10 @@
 #include <thread>
 #include <vector>
 
+#include "fusebox/backend/cpu/eager_kernels.hpp"
 #include "fusebox/backend/cpu/invoke.hpp"
 #include "fusebox/expr/node.hpp"
+#include "fusebox/ops/fast_math.hpp"
 
 namespace fusebox {
 
@@ -95,10 +100,73 @@ typename bound_inputs<T, M>::item get(const bound_inputs<T, M>& b) {
 
 namespace fusebox {
 
+namespace detail {
+/// A tensor or a number operand of an eager op (not an input of a compiled call).
+template <class C>
+inline constexpr bool eager_operand_v = C::desc.kind == node_kind::tensor || C::desc.kind == node_kind::scalar;
+template <class C>
+strided<const typename C::value_type> eager_view(const C& c) {
+  if constexpr (C::desc.kind == node_kind::tensor) return c.view;
+  else return {&c.value, dims{}, {}};
+}
+template <class E, class = typename E::children>
+struct shape_generic;
+template <class E, class... C>
+struct shape_generic<E, meta::type_list<C...>> {
+  using T = typename E::value_type;
+  static constexpr bool value = std::is_floating_point_v<T> && (eager_operand_v<C> && ...) &&
+                                (E::desc.kind == node_kind::pointwise ||
+                                 (E::desc.kind == node_kind::reduce && ((C::desc.kind == node_kind::tensor) && ...)));
+};
+/// Whether evaluate() runs e by a shape-generic eager kernel (backend/cpu/eager_kernels.hpp).
+template <class E>
+inline constexpr bool shape_generic_v = shape_generic<E>::value;
+
+/// e (an elementwise op or a reduction of eager operands) by its shape-generic kernel.
+template <class E>
+auto evaluate_shape_generic(const E& e, cpu::runtime& rt) {
+  using T = typename E::value_type;
+  using Op = ops::math_op_t<false, typename E::op>;
+  profile::scoped_span span(E::desc.name, "kernel", "rows");
+  if constexpr (E::desc.kind == node_kind::pointwise) {
+    const auto in = std::apply([](const auto&... c) { return std::array{eager_view(c)...}; }, e.args);
+    dims d = E::desc.shape;
+    if constexpr (!E::desc.shape.is_static()) {
+      d = in[0].shape;
+      for (const auto& v : in) d = broadcast(d, v.shape).out;
+    }
+    tensor<T, shape_of_t<E>> out(d);
+    cpu::eager::pointwise<Op>(in, out.view(), *rt.pool);
+    return out;
+  } else {
+    const strided<const T> in = e.arg.view;
+    dims d = in.shape;
+    if (E::desc.keepdim) d[E::desc.axis] = 1;
+    else {
+      for (std::size_t k = static_cast<std::size_t>(E::desc.axis); k + 1 < d.rank; ++k) d[k] = d[k + 1];
+      --d.rank;
+    }
+    tensor<T, shape_of_t<E>> out(d);
+    cpu::eager::reduce<Op>(in, static_cast<std::size_t>(E::desc.axis), out.view(), *rt.pool);
+    return out;
+  }
+}
+}  // namespace detail
+
+template <class E>
+auto evaluate_by_program(const E& e, cpu::runtime& rt);
+
 /// Runs expression e now and returns its value as a new tensor. Inputs of a compiled call are read
 /// through their bound views (graph breaks); eager operands are tensor leaves.
 template <class E>
 auto evaluate(const E& e, cpu::runtime& rt) {
+  if constexpr (detail::shape_generic_v<E>) return detail::evaluate_shape_generic(e, rt);
+  else return evaluate_by_program(e, rt);
+}
+
+/// e as a static program of its own (the one-node graph through the executor).
+template <class E>
+auto evaluate_by_program(const E& e, cpu::runtime& rt) {
   using T = typename E::value_type;
   using P = cpu::program<T, E>;
   static_assert(P::all_static || P::plan.n_kernels <= 1,

@@ -79,14 +79,11 @@ inline jit::shared_library open_first(std::string_view what,
                             std::string(fix));
 }
 
-/// Sets `function` to `symbol` from `library`. A library too old to have the symbol is a
-/// backend_unavailable naming the library file, the symbol and `what`; the caller vouches that
-/// `Function` is the symbol's real type.
-template <class Function>
-void resolve(const jit::shared_library& library, Function*& function, const char* symbol,
-             std::string_view what) {
+/// resolve()'s work, once for every function type: the address of `symbol`, never null.
+inline void* resolve_address(const jit::shared_library& library, const char* symbol, std::string_view what) {
+  void* address = nullptr;
   try {
-    function = library.function<Function>(symbol);
+    address = library.symbol(symbol);
   } catch (const jit::load_error& e) {
     throw backend_unavailable(
         "CUDA",
@@ -94,11 +91,22 @@ void resolve(const jit::shared_library& library, Function*& function, const char
             "' (" + e.what() + ")",
         "install a newer " + std::string(what));
   }
-  if (!function)
+  if (!address)
     throw backend_unavailable("CUDA",
                               std::string(what) + " at '" + library.path() + "' defines '" +
                                   symbol + "' as a null address",
                               "reinstall " + std::string(what));
+  return address;
+}
+/// Sets `function` to `symbol` from `library`. A library too old to have the symbol is a
+/// backend_unavailable naming the library file, the symbol and `what`; the caller vouches that
+/// `Function` is the symbol's real type.
+template <class Function>
+void resolve(const jit::shared_library& library, Function*& function, const char* symbol,
+             std::string_view what) {
+  // A thin cast over resolve_address: the driver table resolves ~40 function types, and a body
+  // per type was 59 KB of object code in every unit that can reach the driver (issue 22).
+  function = reinterpret_cast<Function*>(resolve_address(library, symbol, what));
 }
 
 /// The file `library` was loaded from ("/usr/lib/x86_64-linux-gnu/libcuda.so.1" rather than the

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# bench/compile/build_cost.sh: what fusebox costs at the user's build (issue 22). Compiles each
+# translation unit below REPS times (default 3), the units alternated within each repetition so
+# that the machine's drift falls on all alike, and prints per unit the median CPU-seconds (user +
+# sys of the compiler) and the median peak memory, then the ratios the issue's targets are about:
+#
+#   include_all          #include <fusebox/fusebox.hpp> and an empty main
+#   include_<entry>      each smaller entry header (fusebox/<entry>.hpp) and an empty main
+#   two_models_fusebox   bench/compile/two_models_fusebox.cpp: an MLP and a layer_norm(softmax) block,
+#                        each compiled, explained and A/B'd
+#   two_models_eigen     bench/compile/two_models_eigen.cpp: the same work with Eigen 3.4 (the peer)
+#   quickstart           examples/quickstart.cpp
+#
+# Usage: bench/compile/build_cost.sh [REPS] [unit ...]   (default: all units)
+# Environment: CXX (g++), CXXFLAGS (default -std=c++20 -O2 -march=native, the issue's), CPPFLAGS
+# (extra -I), BUILD_COST_OUT (JSON lines; default build-cost/results.jsonl).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+reps="${1:-3}"
+[ $# -gt 0 ] && shift
+cxx="${CXX:-g++}"
+flags="${CXXFLAGS:--std=c++20 -O2 -march=native}"
+out="${BUILD_COST_OUT:-$root/build-cost/results.jsonl}"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$(dirname "$out")"
+: > "$out"
+
+# unit name -> source file
+declare -A src
+printf '#include <fusebox/fusebox.hpp>\nint main() {}\n' > "$tmp/include_all.cpp"
+src[include_all]="$tmp/include_all.cpp"
+for entry in core cpu jit cuda train data; do  # the entry headers the README lists
+  if [ -f "$root/include/fusebox/$entry.hpp" ]; then
+    printf '#include <fusebox/%s.hpp>\nint main() {}\n' "$entry" > "$tmp/include_$entry.cpp"
+    src[include_$entry]="$tmp/include_$entry.cpp"
+  fi
+done
+src[two_models_fusebox]="$root/bench/compile/two_models_fusebox.cpp"
+[ -f /usr/include/eigen3/Eigen/Dense ] && src[two_models_eigen]="$root/bench/compile/two_models_eigen.cpp"
+src[quickstart]="$root/examples/quickstart.cpp"
+
+units=("$@")
+if [ ${#units[@]} -eq 0 ]; then
+  units=(include_all)
+  for entry in core cpu jit cuda train data; do [ -n "${src[include_$entry]:-}" ] && units+=("include_$entry"); done
+  units+=(two_models_fusebox)
+  [ -n "${src[two_models_eigen]:-}" ] && units+=(two_models_eigen)
+  units+=(quickstart)
+fi
+
+echo "# build cost: $cxx $flags, $reps repetition(s), $(nproc) CPU(s), $(date -u '+%Y-%m-%d %H:%M UTC')"
+for r in $(seq 1 "$reps"); do
+  for u in "${units[@]}"; do
+    s="${src[$u]:?unknown unit $u}"
+    # shellcheck disable=SC2086  # the flags are meant to split
+    if ! /usr/bin/time -o "$tmp/time" -f "%U %S %M" "$cxx" $flags -I"$root/include" -I/usr/include/eigen3 \
+        ${CPPFLAGS:-} -c "$s" -o "$tmp/$u.o" 2> "$tmp/err"; then
+      echo "# $u: build failed:"; head -20 "$tmp/err"; exit 1
+    fi
+    read -r user sys kb < "$tmp/time"
+    awk -v u="$u" -v r="$r" -v c="$user" -v s="$sys" -v k="$kb" \
+      'BEGIN { printf "{\"unit\":\"%s\",\"rep\":%d,\"cpu_s\":%.2f,\"peak_mb\":%.0f}\n", u, r, c + s, k / 1024 }' >> "$out"
+  done
+  echo "# repetition $r done (load average: $(uptime | sed 's/.*load average: *//'))"
+done
+
+python3 - "$out" <<'EOF'
+import json, statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    runs.setdefault(r["unit"], []).append(r)
+med = {u: (statistics.median(x["cpu_s"] for x in rs), statistics.median(x["peak_mb"] for x in rs)) for u, rs in runs.items()}
+print(f"{'unit':<22} {'CPU-s (median)':>15} {'peak MB':>8}   runs (CPU-s)")
+for u, rs in runs.items():
+    print(f"{u:<22} {med[u][0]:>15.2f} {med[u][1]:>8.0f}   " + ", ".join(f"{x['cpu_s']:.2f}" for x in rs))
+if "two_models_fusebox" in med and "two_models_eigen" in med:
+    f, e = med["two_models_fusebox"], med["two_models_eigen"]
+    print(f"two models, fusebox / Eigen: {f[0] / e[0]:.2f}x CPU-s (target <= 2), {f[1] / e[1]:.2f}x peak (target <= 1.5)")
+EOF
