@@ -116,3 +116,28 @@ TEMPLATE_TEST_CASE("eager kernels: reductions along every axis, keepdim, strided
   for (std::size_t o = 0; o < 21; ++o) CHECK(std::isnan(double(n2.flat(o))) == (o == 1 * 7 + 3));
   for (std::size_t o = 0; o < 7 * 19; ++o) CHECK(std::isnan(double(n0.flat(o))) == (o == 3 * 19 + 17));
 }
+
+TEMPLATE_TEST_CASE("eager kernels: matmul, plain, batched against a matrix, transposed operand", "[cpu][eager]", float,
+                   double) {
+  using T = TestType;
+  const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-12;
+  fb::tensor<T, fb::shape<3, 5, 37>> a;
+  fb::tensor<T, fb::shape<37, 11>> b;
+  fb::tensor<T, fb::shape<11, 37>> bt;
+  fbt::fill_signed(a, 21, 0.1, 1.0);
+  fbt::fill_signed(b, 22, 0.1, 1.0);
+  fbt::fill_signed(bt, 23, 0.1, 1.0);
+  auto dot = [&](std::size_t bi, std::size_t i, std::size_t j, auto rhs) {
+    double s = 0;
+    for (std::size_t k = 0; k < 37; ++k) s += double(a.flat((bi * 5 + i) * 37 + k)) * rhs(k, j);
+    return s;
+  };
+  const auto y = fb::matmul(a, b);  // [3, 5, 11]
+  check_each(y, 3 * 5 * 11, [&](std::size_t o) {
+    return dot(o / 55, o / 11 % 5, o % 11, [&](std::size_t k, std::size_t j) { return double(b.flat(k * 11 + j)); });
+  }, tol);
+  const auto yt = fb::matmul(a, bt.transpose());  // the right operand strided {1, 37}
+  check_each(yt, 3 * 5 * 11, [&](std::size_t o) {
+    return dot(o / 55, o / 11 % 5, o % 11, [&](std::size_t k, std::size_t j) { return double(bt.flat(j * 37 + k)); });
+  }, tol);
+}

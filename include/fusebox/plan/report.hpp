@@ -8,13 +8,36 @@
 
 #include <array>
 #include <cstdio>
+#include <functional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "fusebox/expr/custom.hpp"
 #include "fusebox/ir/graph.hpp"
 #include "fusebox/plan/plan.hpp"
 
 namespace fusebox::plan {
+
+/// A plan's per-node and per-kernel facts, whatever its node count: what the reports read. The
+/// reports take this instead of plan_t<N> so that they are compiled once, not once per program
+/// (explain's text was ~30 KB of object code per program; issue 22).
+struct plan_ref {
+  const int* group;
+  const bool* materialised;
+  const int* kernel_of;
+  const int* same_as;
+  const kernel* kernels;
+  int n_kernels;
+  template <std::size_t N>
+  constexpr plan_ref(const plan_t<N>& p)  // NOLINT(google-explicit-constructor): a view
+      : group(p.group.data()),
+        materialised(p.materialised.data()),
+        kernel_of(p.kernel_of.data()),
+        same_as(p.same_as.data()),
+        kernels(p.kernels.data()),
+        n_kernels(p.n_kernels) {}
+};
 
 namespace detail {
 inline std::string human_bytes(double b) {
@@ -34,8 +57,8 @@ inline std::string number(double v) {
 }
 /// Node i reads an earlier member of its row group when the call's values agree (plan step 5):
 /// reports list the value once.
-template <std::size_t N>
-constexpr bool group_twin(const plan_t<N>& plan, std::size_t i) {
+template <class Plan>
+constexpr bool group_twin(const Plan& plan, std::size_t i) {
   const int f = plan.same_as[i];
   return f >= 0 && plan.group[f] >= 0 && plan.group[f] == plan.group[i];
 }
@@ -43,8 +66,8 @@ constexpr bool group_twin(const plan_t<N>& plan, std::size_t i) {
 
 /// The fused ops of kernel k of program P, as explain() lists them and the profiler names the
 /// kernel's span: "mul, add, gelu", "matmul + epilogue(add, relu)", "conv2d + epilogue(add)".
-template <std::size_t N>
-std::string kernel_ops(const std::array<ir::node, N>& nodes, const plan_t<N>& plan, int k) {
+inline std::string kernel_ops(std::span<const ir::node> nodes, const plan_ref& plan, int k) {
+  const std::size_t N = nodes.size();
   const auto& kn = plan.kernels[k];
   auto members = [&](int group) {
     std::string s;
@@ -76,9 +99,9 @@ std::string kernel_ops(const std::array<ir::node, N>& nodes, const plan_t<N>& pl
 /// `elem_bytes`: each kernel's fused ops, loop, bytes moved and flops. `how(k)` is the back end's
 /// part of kernel k's loop line (vector width and threads, the generated kernel, the library
 /// call), so every path reports the same costs of the same plan.
-template <std::size_t N, class How>
-std::string describe_kernels(const std::array<ir::node, N>& nodes, const plan_t<N>& plan, std::size_t elem_bytes,
-                             How&& how) {
+inline std::string describe_kernels(std::span<const ir::node> nodes, const plan_ref& plan, std::size_t elem_bytes,
+                                    const std::function<std::string(int)>& how) {
+  const std::size_t N = nodes.size();
   std::string s;
   const double eb = static_cast<double>(elem_bytes);
   for (int k = 0; k < plan.n_kernels; ++k) {
@@ -92,7 +115,7 @@ std::string describe_kernels(const std::array<ir::node, N>& nodes, const plan_t<
       flops += nodes[i].desc.flops * elems;
     };
     auto add_reads = [&](int group) {
-      std::array<bool, N> seen{};
+      std::vector<char> seen(N, 0);
       for (std::size_t i = 0; i < N; ++i) {
         if (plan.group[i] != group) continue;
         for (int q = 0; q < nodes[i].n_inputs; ++q) {
@@ -220,6 +243,18 @@ std::string describe_kernels(const std::array<ir::node, N>& nodes, const plan_t<
     s += "      moves " + detail::human_bytes(bytes) + ", " + detail::number(flops) + "flop\n";
   }
   return s;
+}
+
+
+template <std::size_t N>
+std::string kernel_ops(const std::array<ir::node, N>& nodes, const plan_t<N>& plan, int k) {
+  return kernel_ops(std::span<const ir::node>(nodes), plan_ref(plan), k);
+}
+template <std::size_t N, class How>
+std::string describe_kernels(const std::array<ir::node, N>& nodes, const plan_t<N>& plan, std::size_t elem_bytes,
+                             How&& how) {
+  return describe_kernels(std::span<const ir::node>(nodes), plan_ref(plan), elem_bytes,
+                          std::function<std::string(int)>(std::forward<How>(how)));
 }
 
 }  // namespace fusebox::plan

@@ -10,12 +10,16 @@
 // The math is the op's own `apply` (the same function the static and generated kernels call),
 // over xsimd batches along the last dimension, scalars for the tail and for strided rows.
 //
-// Depends on: backend/cpu/simd.hpp, backend/cpu/thread_pool.hpp, core/tensor.hpp, profile.hpp.
+// Matmuls go straight to the shared GEMM (gemm<T> with no epilogue), which is what their one-node
+// program called too.
+//
+// Depends on: backend/cpu/gemm.hpp, backend/cpu/simd.hpp, backend/cpu/thread_pool.hpp, core/tensor.hpp.
 #pragma once
 
 #include <array>
 #include <cstddef>
 
+#include "fusebox/backend/cpu/gemm.hpp"
 #include "fusebox/backend/cpu/simd.hpp"
 #include "fusebox/backend/cpu/thread_pool.hpp"
 #include "fusebox/core/tensor.hpp"
@@ -161,6 +165,24 @@ void reduce(const strided<const T>& in, std::size_t axis, const strided<T>& out,
       }
     }
   });
+}
+
+/// out = a b: [M, K] x [K, N], or batched [B, M, K] x [B or 1, K, N] (either side rank 2, a batch
+/// extent of 1 broadcast), any strides; out is contiguous. `workspace` grows to what gemm needs.
+template <class T, class Workspace>
+void matmul(const strided<const T>& a, const strided<const T>& b, const strided<T>& out, Workspace& workspace,
+            thread_pool& pool) {
+  const std::size_t ra = a.shape.rank, rb = b.shape.rank;
+  const std::size_t batch = out.shape.rank == 3 ? out.shape[0] : 1, m = out.shape.back(1), n = out.shape.back(0),
+                    k = a.shape.back(0);
+  const matrix_view<T> av{a.data, a.stride[ra - 2], a.stride[ra - 1]};
+  const matrix_view<T> bv{b.data, b.stride[rb - 2], b.stride[rb - 1]};
+  const std::ptrdiff_t a_bs = ra == 3 && a.shape[0] != 1 ? a.stride[0] : 0;
+  const std::ptrdiff_t b_bs = rb == 3 && b.shape[0] != 1 ? b.stride[0] : 0;
+  const std::ptrdiff_t ldc = static_cast<std::ptrdiff_t>(n), c_bs = static_cast<std::ptrdiff_t>(m * n);
+  const std::size_t bytes = gemm_workspace_bytes<T>(batch, m, n, k, pool.size());
+  std::span<std::byte> ws(workspace.ensure(bytes), bytes);
+  gemm<T>(batch, m, n, k, av, a_bs, bv, b_bs, out.data, ldc, c_bs, no_epilogue{}, pool, ws);
 }
 
 }  // namespace fusebox::cpu::eager

@@ -116,19 +116,21 @@ struct shape_generic<E, meta::type_list<C...>> {
   using T = typename E::value_type;
   static constexpr bool value = std::is_floating_point_v<T> && (eager_operand_v<C> && ...) &&
                                 (E::desc.kind == node_kind::pointwise ||
-                                 (E::desc.kind == node_kind::reduce && ((C::desc.kind == node_kind::tensor) && ...)));
+                                 ((E::desc.kind == node_kind::reduce || E::desc.kind == node_kind::matmul) &&
+                                  ((C::desc.kind == node_kind::tensor) && ...)));
 };
-/// Whether evaluate() runs e by a shape-generic eager kernel (backend/cpu/eager_kernels.hpp).
+/// Whether evaluate() runs e by a shape-generic eager kernel (backend/cpu/eager_kernels.hpp):
+/// elementwise ops, reductions and matmuls whose operands are tensors (or numbers).
 template <class E>
 inline constexpr bool shape_generic_v = shape_generic<E>::value;
 
-/// e (an elementwise op or a reduction of eager operands) by its shape-generic kernel.
+/// e (an elementwise op, a reduction or a matmul of eager operands) by its shape-generic kernel.
 template <class E>
 auto evaluate_shape_generic(const E& e, cpu::runtime& rt) {
   using T = typename E::value_type;
-  using Op = ops::math_op_t<false, typename E::op>;
-  profile::scoped_span span(E::desc.name, "kernel", "rows");
+  profile::scoped_span span(E::desc.name, "kernel", E::desc.kind == node_kind::matmul ? "matmul" : "rows");
   if constexpr (E::desc.kind == node_kind::pointwise) {
+    using Op = ops::math_op_t<false, typename E::op>;
     const auto in = std::apply([](const auto&... c) { return std::array{eager_view(c)...}; }, e.args);
     dims d = E::desc.shape;
     if constexpr (!E::desc.shape.is_static()) {
@@ -138,7 +140,14 @@ auto evaluate_shape_generic(const E& e, cpu::runtime& rt) {
     tensor<T, shape_of_t<E>> out(d);
     cpu::eager::pointwise<Op>(in, out.view(), *rt.pool);
     return out;
+  } else if constexpr (E::desc.kind == node_kind::matmul) {
+    dims d = E::desc.shape;
+    if constexpr (!E::desc.shape.is_static()) d = matmul_shape(e.a.view.shape, e.b.view.shape).out;
+    tensor<T, shape_of_t<E>> out(d);
+    cpu::eager::matmul<T>(e.a.view, e.b.view, out.view(), rt.workspace, *rt.pool);
+    return out;
   } else {
+    using Op = ops::math_op_t<false, typename E::op>;
     const strided<const T> in = e.arg.view;
     dims d = in.shape;
     if (E::desc.keepdim) d[E::desc.axis] = 1;

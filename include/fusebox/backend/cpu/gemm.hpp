@@ -117,6 +117,29 @@ struct no_epilogue {
   void operator()(std::size_t, std::size_t, std::size_t, std::size_t, T*) const noexcept {}
 };
 
+/// A non-owning reference to an epilogue `void(b, i, j0, n, T* c)`: two words. gemm() hands every
+/// epilogue to the product through it, so the GEMM (paths, packing, micro-kernels) is compiled
+/// once per element type rather than once per epilogue type: per fused model that was ~30 KB of
+/// object code and the largest part of a small model's build (issue 22). The epilogue runs once
+/// per finished run of C (a row segment of 16 and more elements), so the indirect call is noise.
+template <class T>
+class epilogue_ref {
+ public:
+  template <class E>
+  explicit epilogue_ref(E& e) noexcept
+      : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(e)))),
+        call_([](void* o, std::size_t b, std::size_t i, std::size_t j0, std::size_t n, T* c) {
+          (*static_cast<E*>(o))(b, i, j0, n, c);
+        }) {}
+  void operator()(std::size_t b, std::size_t i, std::size_t j0, std::size_t n, T* c) const {
+    call_(obj_, b, i, j0, n, c);
+  }
+
+ private:
+  void* obj_;
+  void (*call_)(void*, std::size_t, std::size_t, std::size_t, std::size_t, T*);
+};
+
 namespace detail {
 
 // 32 architectural vector registers (AVX-512, AArch64) or 16 (SSE, AVX).
@@ -962,8 +985,9 @@ gemm_choice tuned_choice(std::size_t batch, std::size_t M, std::size_t N, std::s
     for (const gemm_choice& c : cands)
       out.push_back({name(c), [=, &pool] {
                        no_epilogue none;
+                       epilogue_ref<T> none_ref(none);
                        gemm_with<T>(c, batch, M, N, K, A, a_batch_stride, B, b_batch_stride, scratch->data(),
-                                    std::ptrdiff_t(N), std::ptrdiff_t(M * N), none,
+                                    std::ptrdiff_t(N), std::ptrdiff_t(M * N), none_ref,
                                     c.serial ? autotune::serial_pool() : pool, workspace);
                      }});
     return out;
@@ -1007,15 +1031,16 @@ void gemm(std::size_t batch, std::size_t M, std::size_t N, std::size_t K, matrix
                                 std::to_string(M) + ", N " + std::to_string(N) + ", K " + std::to_string(K) +
                                 " on " + std::to_string(threads) + " threads: needs " + std::to_string(need) +
                                 " (gemm_workspace_bytes<T>(...))");
+  epilogue_ref<T> ref(epilogue);
   if (autotune::active()) [[unlikely]] {
     const detail::gemm_choice c =
         detail::tuned_choice<T>(batch, M, N, K, A, a_batch_stride, B, b_batch_stride, pool, workspace);
-    detail::gemm_with<T>(c, batch, M, N, K, A, a_batch_stride, B, b_batch_stride, C, ldc, c_batch_stride, epilogue,
+    detail::gemm_with<T>(c, batch, M, N, K, A, a_batch_stride, B, b_batch_stride, C, ldc, c_batch_stride, ref,
                          c.serial ? autotune::serial_pool() : pool, workspace);
     return;
   }
   detail::gemm_with<T>(detail::gemm_choice{path}, batch, M, N, K, A, a_batch_stride, B, b_batch_stride, C, ldc,
-                       c_batch_stride, epilogue, pool, workspace);
+                       c_batch_stride, ref, pool, workspace);
 }
 
 }  // namespace fusebox::cpu
