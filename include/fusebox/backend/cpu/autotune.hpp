@@ -150,8 +150,9 @@ inline std::size_t known() {
 /// else the store's, else the fastest by timing. `text` names the problem for the store and the
 /// log, `make` builds the candidates: both only for a new problem. A problem with one candidate
 /// is not timed.
-template <class Text, class Make>
-std::size_t choose(const problem_id& id, std::size_t n, Text&& text, Make&& make) {
+/// choose()'s work, once for every caller (per kernel it was ~3 KB of object code; issue 22).
+inline std::size_t choose_among(const problem_id& id, std::size_t n, const std::function<std::string()>& text,
+                                const std::function<std::vector<candidate>()>& make) {
   if (n <= 1) return 0;
   auto& m = detail::memory();
   {
@@ -190,6 +191,11 @@ std::size_t choose(const problem_id& id, std::size_t n, Text&& text, Make&& make
   if (disk) disk->save(problem, n, best, cands[best].name);
   std::lock_guard lock(m.mutex);
   return m.chosen.emplace(id, best).first->second;
+}
+template <class Text, class Make>
+std::size_t choose(const problem_id& id, std::size_t n, Text&& text, Make&& make) {
+  if (n <= 1) return 0;
+  return choose_among(id, n, std::ref(text), std::ref(make));
 }
 
 /// What max_autotune tunes on the CPU, in words (explain()).

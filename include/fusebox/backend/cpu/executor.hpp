@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -75,6 +76,64 @@ struct frame {
 
 /// FastMath: pointwise ops evaluate ops::fast_math_t<Op> (options::fast_math given at build time,
 /// ops/fast_math.hpp). `program<T, Roots...>` is the faithful one.
+namespace detail {
+
+/// A rows kernel's max_autotune choice: candidate 0 is the default (tasks of at least
+/// min_task_elems elements on every thread); then one thread, and tasks four times as large,
+/// where they differ from it.
+struct rows_choice {
+  bool serial = false;
+  std::size_t task_scale = 1;
+};
+
+/// What tune_rows needs to know of a rows kernel: its program's nodes and groups (to name and
+/// hash its fused ops), its group, element size and extents, and its task split.
+struct rows_problem {
+  const ir::node* nodes;
+  const int* group;
+  std::size_t n_nodes;
+  int g;
+  std::size_t elem_bytes, rows, width, col_blocks, per_task;
+  int passes;
+  bool contig;
+};
+
+/// max_autotune's choice for one rows kernel: `run_on(pool, rows per task)` runs it. One function
+/// for every kernel of every program (it was ~8 KB of object code per rows kernel; issue 22).
+inline rows_choice tune_rows(const rows_problem& p, thread_pool& pool,
+                             const std::function<void(thread_pool&, std::size_t)>& run_on) {
+  std::vector<rows_choice> cands{{}};
+  const std::size_t tasks = (p.rows + p.per_task - 1) / p.per_task * p.col_blocks;
+  if (pool.size() > 1 && tasks > 1) cands.push_back({true, 1});
+  if (tasks > pool.size() && p.rows > p.per_task) cands.push_back({false, 4});
+  std::uint64_t ops_hash = 1469598103934665603ull;  // which kernel: its fused ops, by name
+  for (std::size_t i = 0; i < p.n_nodes; ++i)
+    if (p.group[i] == p.g)
+      for (const char* c = p.nodes[i].desc.name; *c; ++c) ops_hash = (ops_hash ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
+  autotune::problem_id id;
+  id.v = {3, p.elem_bytes, ops_hash, p.rows, p.width, p.col_blocks, static_cast<std::uint64_t>(p.passes), pool.size(), p.contig};
+  auto text = [&] {
+    std::string ops;
+    for (std::size_t i = 0; i < p.n_nodes; ++i)
+      if (p.group[i] == p.g) ops += std::string(ops.empty() ? "" : ",") + p.nodes[i].desc.name;
+    return std::string("rows ") + (p.elem_bytes == 4 ? "f32" : "f64") + " [" + std::to_string(p.rows) + ", " +
+           std::to_string(p.width) + "] " + std::to_string(p.passes) + " passes (" + ops + ") threads " +
+           std::to_string(pool.size()) + (p.contig ? "" : " strided");
+  };
+  const std::size_t pick = autotune::choose(id, cands.size(), text, [&] {
+    std::vector<autotune::candidate> out;
+    for (const rows_choice& c : cands)
+      out.push_back({c.serial ? "1 thread" : c.task_scale > 1 ? "tasks 4x larger" : "default tasks",
+                     [&run_on, &pool, c, per_task = p.per_task] {
+                       run_on(c.serial ? autotune::serial_pool() : pool, per_task * c.task_scale);
+                     }});
+    return out;
+  });
+  return cands[pick];
+}
+
+}  // namespace detail
+
 template <bool FastMath, class T, class... Roots>
 struct basic_program {
   using graph = ir::graph<Roots...>;
@@ -575,14 +634,10 @@ struct basic_program {
     run_on(*f.pool, rows_per_task);
   }
 
-  /// max_autotune's choice for a rows kernel (backend/cpu/autotune.hpp): candidate 0 is the default (tasks
-  /// of at least min_task_elems elements on every thread); then one thread, and tasks four times
-  /// as large, where they differ from it. A kernel that writes memory it also reads (a caller's
-  /// output that is an input) is not timed: a candidate run would read its own results.
-  struct rows_choice {
-    bool serial = false;
-    std::size_t task_scale = 1;
-  };
+  using rows_choice = detail::rows_choice;
+  /// max_autotune's choice for a rows kernel (detail::tune_rows). A kernel that writes memory it
+  /// also reads (a caller's output that is an input) is not timed: a candidate run would read its
+  /// own results. Only the overlap check depends on the program; the rest is compiled once.
   template <int K, class RunOn>
   static rows_choice tuned_rows(const frame_t& f, std::size_t rows, std::size_t width, std::size_t col_blocks,
                                 std::size_t per_task, bool contig, RunOn& run_on) {
@@ -606,37 +661,9 @@ struct basic_program {
           const auto [r0, r1] = span_of(ext.id[e]);
           if (w0 < r1 && r0 < w1) return {};
         }
-    std::vector<rows_choice> cands{{}};
-    const std::size_t tasks = (rows + per_task - 1) / per_task * col_blocks;
-    if (f.pool->size() > 1 && tasks > 1) cands.push_back({true, 1});
-    if (tasks > f.pool->size() && rows > per_task) cands.push_back({false, 4});
-    static const std::uint64_t ops_hash = [] {  // which kernel: its fused ops, by name
-      std::uint64_t h = 1469598103934665603ull;
-      for (std::size_t i = 0; i < N; ++i)
-        if (plan.group[i] == G)
-          for (const char* c = nodes[i].desc.name; *c; ++c) h = (h ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
-      return h;
-    }();
-    autotune::problem_id id;
-    id.v = {3, sizeof(T), ops_hash, rows, width, col_blocks, static_cast<std::uint64_t>(plan.kernels[K].passes), f.pool->size(), contig};
-    auto text = [&] {
-      std::string ops;
-      for (std::size_t i = 0; i < N; ++i)
-        if (plan.group[i] == G) ops += std::string(ops.empty() ? "" : ",") + nodes[i].desc.name;
-      return std::string("rows ") + (sizeof(T) == 4 ? "f32" : "f64") + " [" + std::to_string(rows) + ", " +
-             std::to_string(width) + "] " + std::to_string(plan.kernels[K].passes) + " passes (" + ops + ") threads " +
-             std::to_string(f.pool->size()) + (contig ? "" : " strided");
-    };
-    const std::size_t pick = autotune::choose(id, cands.size(), text, [&] {
-      std::vector<autotune::candidate> out;
-      for (const rows_choice& c : cands)
-        out.push_back({c.serial ? "1 thread" : c.task_scale > 1 ? "tasks 4x larger" : "default tasks",
-                       [&run_on, &f, c, per_task] {
-                         run_on(c.serial ? autotune::serial_pool() : *f.pool, per_task * c.task_scale);
-                       }});
-      return out;
-    });
-    return cands[pick];
+    const detail::rows_problem p{nodes.data(), plan.group.data(), N,        G,     sizeof(T), rows,
+                                 width,        col_blocks,        per_task, plan.kernels[K].passes, contig};
+    return detail::tune_rows(p, *f.pool, [&run_on](thread_pool& pool, std::size_t tasks) { run_on(pool, tasks); });
   }
 
   static std::size_t workspace_row_scratch_stride(const frame_t&) {
