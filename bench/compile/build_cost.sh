@@ -13,7 +13,9 @@
 #
 # Usage: bench/compile/build_cost.sh [REPS] [unit ...]   (default: all units)
 # Environment: CXX (g++), CXXFLAGS (default -std=c++20 -O2 -march=native, the issue's), CPPFLAGS
-# (extra -I), BUILD_COST_OUT (JSON lines; default build-cost/results.jsonl).
+# (extra -I), BUILD_COST_OUT (JSON lines; default build-cost/results.jsonl), BUILD_COST_OLD (an
+# older tree's include/ directory: every fusebox unit is also built against it, as "<unit>@old",
+# alternated with this tree's in each repetition, for before/after figures from one run).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 reps="${1:-3}"
@@ -50,17 +52,26 @@ if [ ${#units[@]} -eq 0 ]; then
 fi
 
 echo "# build cost: $cxx $flags, $reps repetition(s), $(nproc) CPU(s), $(date -u '+%Y-%m-%d %H:%M UTC')"
+old="${BUILD_COST_OLD:-}"
 for r in $(seq 1 "$reps"); do
   for u in "${units[@]}"; do
     s="${src[$u]:?unknown unit $u}"
-    # shellcheck disable=SC2086  # the flags are meant to split
-    if ! /usr/bin/time -o "$tmp/time" -f "%U %S %M" "$cxx" $flags -I"$root/include" -I/usr/include/eigen3 \
-        ${CPPFLAGS:-} -c "$s" -o "$tmp/$u.o" 2> "$tmp/err"; then
-      echo "# $u: build failed:"; head -20 "$tmp/err"; exit 1
+    trees=("$root/include")
+    # The old tree first in odd repetitions, second in even ones; Eigen's unit has no old build.
+    if [ -n "$old" ] && [ "$u" != two_models_eigen ]; then
+      if [ $((r % 2)) = 1 ]; then trees=("$old" "$root/include"); else trees+=("$old"); fi
     fi
-    read -r user sys kb < "$tmp/time"
-    awk -v u="$u" -v r="$r" -v c="$user" -v s="$sys" -v k="$kb" \
-      'BEGIN { printf "{\"unit\":\"%s\",\"rep\":%d,\"cpu_s\":%.2f,\"peak_mb\":%.0f}\n", u, r, c + s, k / 1024 }' >> "$out"
+    for inc in "${trees[@]}"; do
+      name="$u"; [ "$inc" = "$old" ] && name="$u@old"
+      # shellcheck disable=SC2086  # the flags are meant to split
+      if ! /usr/bin/time -o "$tmp/time" -f "%U %S %M" "$cxx" $flags -I"$inc" -I/usr/include/eigen3 \
+          ${CPPFLAGS:-} -c "$s" -o "$tmp/$u.o" 2> "$tmp/err"; then
+        echo "# $name: build failed:"; head -20 "$tmp/err"; exit 1
+      fi
+      read -r user sys kb < "$tmp/time"
+      awk -v u="$name" -v r="$r" -v c="$user" -v s="$sys" -v k="$kb" \
+        'BEGIN { printf "{\"unit\":\"%s\",\"rep\":%d,\"cpu_s\":%.2f,\"peak_mb\":%.0f}\n", u, r, c + s, k / 1024 }' >> "$out"
+    done
   done
   echo "# repetition $r done (load average: $(uptime | sed 's/.*load average: *//'))"
 done
@@ -75,6 +86,9 @@ med = {u: (statistics.median(x["cpu_s"] for x in rs), statistics.median(x["peak_
 print(f"{'unit':<22} {'CPU-s (median)':>15} {'peak MB':>8}   runs (CPU-s)")
 for u, rs in runs.items():
     print(f"{u:<22} {med[u][0]:>15.2f} {med[u][1]:>8.0f}   " + ", ".join(f"{x['cpu_s']:.2f}" for x in rs))
+for u in med:
+    if u.endswith("@old") and u[:-4] in med:
+        print(f"{u[:-4]}: new / old {med[u[:-4]][0] / med[u][0]:.2f}x CPU-s, {med[u[:-4]][1] / med[u][1]:.2f}x peak")
 if "two_models_fusebox" in med and "two_models_eigen" in med:
     f, e = med["two_models_fusebox"], med["two_models_eigen"]
     print(f"two models, fusebox / Eigen: {f[0] / e[0]:.2f}x CPU-s (target <= 2), {f[1] / e[1]:.2f}x peak (target <= 1.5)")
