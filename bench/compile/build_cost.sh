@@ -57,8 +57,10 @@ for r in $(seq 1 "$reps"); do
   for u in "${units[@]}"; do
     s="${src[$u]:?unknown unit $u}"
     trees=("$root/include")
-    # The old tree first in odd repetitions, second in even ones; Eigen's unit has no old build.
-    if [ -n "$old" ] && [ "$u" != two_models_eigen ]; then
+    # The old tree first in odd repetitions, second in even ones.
+    # Eigen's unit and entry headers the old tree lacks have no old build.
+    if [ -n "$old" ] && [ "$u" != two_models_eigen ] &&
+       { [[ "$u" != include_* ]] || [ "$u" = include_all ] || [ -f "$old/fusebox/${u#include_}.hpp" ]; }; then
       if [ $((r % 2)) = 1 ]; then trees=("$old" "$root/include"); else trees+=("$old"); fi
     fi
     for inc in "${trees[@]}"; do

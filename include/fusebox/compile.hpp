@@ -10,8 +10,11 @@
 // eager() runs the model op by op (each op materialises its result): the A/B baseline.
 // The entry point's part of a call: choose the back end (the arguments' kind and
 // options::backend), rollback, capture, bind the inputs; the rest is pipeline/call.hpp's, shared
-// with compiled gradients and explain().
-// Depends on: pipeline/call.hpp, backend/cpu/, ops/, options.hpp, graph_break.hpp.
+// with compiled gradients and explain(). The run-time path and the CUDA back end are not included
+// here (pipeline/targets.hpp): a call that needs them says which header to include
+// (fusebox/jit.hpp, fusebox/cuda.hpp), so a program of static CPU shapes compiles neither.
+// Depends on: pipeline/call.hpp, backend/cpu/, backend/cuda/tensor.hpp (the type only), ops/,
+// options.hpp, graph_break.hpp.
 #pragma once
 
 #include <algorithm>
@@ -25,7 +28,6 @@
 
 #include "fusebox/backend/cpu/evaluate.hpp"
 #include "fusebox/backend/cpu/invoke.hpp"
-#include "fusebox/backend/cpu/winner_store.hpp"
 #include "fusebox/backend/cuda/tensor.hpp"
 #include "fusebox/graph_break.hpp"
 #include "fusebox/options.hpp"
@@ -198,6 +200,9 @@ class compiled {
   template <class B, class... Args>
   auto call(std::vector<detail::break_record>* breaks, const Args&... args) {
     constexpr bool on_cuda = std::is_same_v<B, backends::cuda_backend>;
+    static_assert(!on_cuda || pipeline::defined_here<B>,
+                  "fusebox: device tensors (cuda::tensor) run on the CUDA back end: #include <fusebox/cuda.hpp> (or "
+                  "<fusebox/fusebox.hpp>)");
     static_assert(!on_cuda || ((!is_tensor_v<Args>) && ...),
                   "fusebox: a call mixes host tensors and device tensors (cuda::tensor); move every tensor "
                   "argument to the device, or none");
@@ -281,7 +286,7 @@ class compiled {
   /// persisted in the cache directory; other modes leave tuning off.
   cpu::autotune::scope autotune_scope() const {
     const bool on = st_.opts.mode == mode::max_autotune;
-    return cpu::autotune::scope(on, on ? &jit::cpu_winner_store::instance() : nullptr);
+    return cpu::autotune::scope(on, on && cpu::autotune::persistent_store ? cpu::autotune::persistent_store() : nullptr);
   }
 
   /// eager_only(), counted and logged: the rollback switches' one check per call.
@@ -304,25 +309,27 @@ class compiled {
 
   /// compile<options{.backend = backend::cuda}>(model) with host tensors: upload, run on the GPU,
   /// download. Without a usable GPU, a backend_unavailable saying so (never a silent CPU run).
-  template <class... Args>
+  template <class B = backends::cuda_backend, class... Args>
   auto call_on_device(const Args&... args) -> decltype(this->template call<backends::cpu_backend>(nullptr, args...)) {
+    static_assert(pipeline::defined_here<B>, "fusebox: compile<options{.backend = backend::cuda}>(model) needs the CUDA "
+                                             "back end: #include <fusebox/cuda.hpp> (or <fusebox/fusebox.hpp>)");
     using T = typename program_for_args<Args...>::type::value_type;
     if (eager_only()) return call<backends::cpu_backend>(nullptr, args...);  // rolled back: eager on the host, where the tensors are
     static_assert(std::is_same_v<T, float>,
                   "fusebox: compile<options{.backend = backend::cuda}>(model) called with host tensors that are "
                   "not float: the CUDA backend computes float32 (with bfloat16 and float16 storage); pass float "
                   "tensors, or compile with backend::cpu");
-    require_gpu(args...);
-    auto outs = call<backends::cuda_backend>(nullptr, to_device_arg(args)...);
+    require_gpu(&B::check_device, args...);
+    auto outs = call<B>(nullptr, to_device_arg(args)...);
     if constexpr (cuda::is_tensor_v<decltype(outs)>) return outs.to_host();
     else return std::apply([](const auto&... o) { return std::make_tuple(o.to_host()...); }, outs);
   }
   /// backend::cuda on host tensors needs a GPU: a backend_unavailable saying what was tried and
   /// the fix when there is none.
   template <class... Args>
-  static void require_gpu(const Args&... args) {
+  static void require_gpu(void (*check_device)(), const Args&... args) {
     try {
-      (void)cuda::current_device();
+      check_device();
     } catch (const backend_unavailable& e) {
       std::string why = e.what();  // "fusebox: the CUDA backend is unavailable: <tried>. To fix: <fix>"
       if (const auto at = why.find("unavailable: "); at != std::string::npos) why.erase(0, at + 13);
@@ -339,9 +346,11 @@ class compiled {
   /// CUDA path into every host call of every compiled function (it more than doubled the build of
   /// a two-model unit, 7 -> 18 CPU-s at -O0), so that form is asked for at build time, as
   /// fast_math is; a run-time option still never runs on the CPU unannounced.
+  /// Where this process has tried the CUDA driver (cuda::require_device is set) a missing device
+  /// is said first; the device check is not made otherwise, so that host code compiles no driver.
   template <class... Args>
   static void refuse_host_call_on_cuda(const Args&... args) {
-    require_gpu(args...);
+    if (cuda::require_device) require_gpu(cuda::require_device, args...);
     throw invalid_argument(
         "fusebox: compile(model, options{.backend = backend::cuda}) called with host tensors " +
         detail::argument_shapes(args...) +
@@ -436,7 +445,7 @@ class compiled {
 /// Clears the in-memory kernel cache and the CPU autotune winners held in memory, zeroes the
 /// counters and forgets which graph breaks were logged (compiled functions keep the programs they already hold; the disk cache is untouched).
 inline void reset() {
-  jit::kernel_store::instance().clear_memory();
+  if (jit::clear_kernel_memory) jit::clear_kernel_memory();
   cpu::autotune::forget();
   jit::counters().reset();
   detail::forget_logged_breaks();

@@ -1,24 +1,10 @@
-// fusebox/fusebox.hpp: the umbrella header: everything a model needs.
+// fusebox/fusebox.hpp: the umbrella header: everything a model needs, on the CPU (static shapes
+// and dyn extents) and on the GPU. Smaller entry headers, each a superset of the one before, parse
+// only what their programs use (README, "Entry headers"): <fusebox/cpu.hpp> (static shapes on the
+// CPU), <fusebox/jit.hpp> (+ dyn extents), <fusebox/cuda.hpp> (+ the GPU); <fusebox/train.hpp> and
+// <fusebox/data.hpp> for training and data loading.
 #pragma once
 
-#include "fusebox/core/dtype.hpp"
-#include "fusebox/core/errors.hpp"
-#include "fusebox/core/shape.hpp"
-#include "fusebox/core/tensor.hpp"
-#include "fusebox/ops/attention.hpp"
-#include "fusebox/ops/capture.hpp"
-#include "fusebox/ops/composite.hpp"
-#include "fusebox/ops/conv.hpp"
-#include "fusebox/ops/cumsum.hpp"
-#include "fusebox/ops/elementwise.hpp"
-#include "fusebox/ops/embedding.hpp"
-#include "fusebox/ops/layout.hpp"
-#include "fusebox/ops/matmul.hpp"
-#include "fusebox/ops/pool.hpp"
-#include "fusebox/ops/reduce.hpp"
-#include "fusebox/graph_break.hpp"
-#include "fusebox/ab.hpp"
-#include "fusebox/compile.hpp"
-#include "fusebox/autodiff/grad.hpp"
-#include "fusebox/explain.hpp"
-#include "fusebox/version.hpp"
+#include "fusebox/cpu.hpp"
+#include "fusebox/cuda.hpp"
+#include "fusebox/jit.hpp"

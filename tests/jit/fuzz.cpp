@@ -123,7 +123,7 @@ case_result run_case() {
   CHECK(error_against(static_result, *reference, &why) <= tolerance);
 
   // The JIT, twice: extents as they are, and rows symbolic.
-  using dynamic = fb::jit::dynamic_function<Prog>;
+  using dynamic = fb::jit::dynamic_function<Prog, fb::jit::cpu_target>;
   fb::jit::guard exact;
   exact.pattern = {x->extents(), w->extents(), m->extents()};
   exact.unit_inner = {true, true, true};

@@ -485,8 +485,10 @@ class compiled_grad {
   /// Arguments are device tensors; the lifted numbers (the loss's constants, the rules' constants,
   /// the seed) live in a small device buffer that is uploaded only when they change. A tensor the
   /// loss captures (instead of taking it as an argument) is host memory: refused.
-  template <class... Args>
+  template <class B = backends::cuda_backend, class... Args>
   auto call_cuda(const Args&... args) {
+    static_assert(pipeline::defined_here<B>, "fusebox::grad on device tensors (cuda::tensor) runs on the CUDA back end: "
+                                             "#include <fusebox/cuda.hpp> (or <fusebox/fusebox.hpp>)");
     static_assert(((!is_tensor_v<Args>) && ...),
                   "fusebox::grad: a call mixes host tensors and device tensors (cuda::tensor); move every tensor "
                   "argument to the device, or none");
@@ -509,15 +511,15 @@ class compiled_grad {
                                std::to_string(k) + ", " + to_string(b.in.views[k].shape) +
                                ") instead of taking it as an argument; captured tensors are host memory. Fix: pass "
                                "it as a device tensor argument");
-    if (!numbers_) numbers_ = std::make_unique<cuda::device_buffer>(P::inputs * sizeof(T));
-    const T* device_numbers = reinterpret_cast<const T*>(static_cast<std::uintptr_t>(numbers_->get()));
+    if (!numbers_) numbers_ = std::make_shared<cuda::device_buffer>(P::inputs * sizeof(T));
+    const T* device_numbers = reinterpret_cast<const T*>(static_cast<std::uintptr_t>(device_numbers_()->get()));
     for (std::size_t k = P::arguments; k < P::inputs; ++k) in.views[k] = strided<const T>{device_numbers + k, dims{}, {}};
 
     typename Prog::frame_t f;
     const std::tuple<input_leaf<0, T, shape<>>> no_payloads{};  // the joint graph holds none
     cpu::bind_inputs<Prog>(f, no_payloads, in);
     using Outs = typename device_outputs<typename P::outputs>::type;
-    auto outs = pipeline::run<backends::cuda_backend, Prog, Outs, /*StaticKernels=*/false>(
+    auto outs = pipeline::run<B, Prog, Outs, /*StaticKernels=*/false>(
         st_, f, P::inputs, "compiled gradient (CUDA)", [&](const auto& shapes, const auto& o) {
           // With dyn extents the rules' constants depend on the call's extents (mean's 1 / n).
           if constexpr (!P::all_static) {
@@ -540,7 +542,7 @@ class compiled_grad {
     for (std::size_t k = P::arguments; k < P::inputs; ++k) std::memcpy(numbers.data() + k * sizeof(T), &b.values[k], sizeof(T));
     if (numbers == uploaded_) return;
     cuda::work_stream().sync();  // queued calls may still read the old numbers
-    cuda::copy_to_device(numbers_->get(), numbers.data(), numbers.size());
+    cuda::copy_to_device(device_numbers_()->get(), numbers.data(), numbers.size());
     uploaded_ = std::move(numbers);
   }
 
@@ -555,7 +557,11 @@ class compiled_grad {
   grad_fn<F, Wrt, WithValue> g_;
   pipeline::function_state st_;
   std::source_location site_;
-  std::unique_ptr<cuda::device_buffer> numbers_;  // lifted numbers on the device
+  // The lifted numbers on the device, made by the first CUDA call. Held type-erased: a unique_ptr
+  // would compile the device buffer's destructor (the CUDA driver) into every compiled gradient,
+  // host-only ones included (issue 22).
+  std::shared_ptr<void> numbers_;
+  cuda::device_buffer* device_numbers_() const { return static_cast<cuda::device_buffer*>(numbers_.get()); }
   std::vector<std::byte> uploaded_;               // what numbers_ holds
 };
 

@@ -2,7 +2,9 @@
 // compiled (backend/cpu/executor.hpp: kernels over xsimd, gemm with the epilogue on finished rows); a
 // run-time program's kernels are generated C++ compiled by the host compiler (backend/cpu/generated_program.hpp).
 // Both run on the function's thread pool.
-// Depends on: backend/backend.hpp, backend/cpu/{invoke,report}.hpp, pipeline/dynamic_function.hpp, backend/cpu/winner_store.hpp,
+// The run-time path's types reach this back end as template arguments (pipeline/dynamic_function.hpp
+// is not needed to run static programs).
+// Depends on: backend/backend.hpp, backend/cpu/{autotune,invoke,report}.hpp, pipeline/targets.hpp,
 // plan/{at_extents,report}.hpp.
 #pragma once
 
@@ -11,11 +13,11 @@
 #include <string>
 
 #include "fusebox/backend/backend.hpp"
+#include "fusebox/backend/cpu/autotune.hpp"
 #include "fusebox/backend/cpu/invoke.hpp"
 #include "fusebox/backend/cpu/report.hpp"
-#include "fusebox/backend/cpu/winner_store.hpp"
 #include "fusebox/core/tensor.hpp"
-#include "fusebox/pipeline/dynamic_function.hpp"
+#include "fusebox/pipeline/targets.hpp"
 #include "fusebox/plan/at_extents.hpp"
 #include "fusebox/plan/report.hpp"
 
@@ -99,7 +101,7 @@ struct cpu_backend {
            "specialisation per call, so there it changes nothing; no CUDA graphs on the CPU\n" +
            "  max_autotune" + mark(mode::max_autotune) + ": reduce_overhead, plus timed choices per problem: " +
            cpu::autotune::description() + "; winners kept in memory and in " +
-           jit::cpu_winner_store::instance().where() +
+           cpu::autotune::persistent_where() +
            ", so a later process times nothing (FUSEBOX_LOGS=autotune, counters().autotune_timed / "
            "autotune_from_disk); the run-time path's generated row and column kernels are not tuned\n";
   }

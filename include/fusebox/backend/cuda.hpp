@@ -16,13 +16,15 @@
 #include "fusebox/backend/cuda/memory.hpp"
 #include "fusebox/backend/cuda/tensor.hpp"
 #include "fusebox/pipeline/dynamic_function.hpp"
+#include "fusebox/pipeline/targets.hpp"
 #include "fusebox/plan/at_extents.hpp"
 #include "fusebox/plan/report.hpp"
 #if defined(__CUDACC__)
 #include "fusebox/backend/cuda/static_kernels.cuh"  // nvcc units: kernels for static shapes instantiated at build time
 #endif
 
-namespace fusebox::backends {
+namespace fusebox {
+namespace backends {
 
 struct cuda_backend {
   static constexpr const char* name = "cuda";
@@ -46,6 +48,9 @@ struct cuda_backend {
       return *rt;
     }
   };
+
+  /// Throws backend_unavailable (what was tried, the fix) unless a device can run this back end.
+  static void check_device() { (void)cuda::current_device(); }
 
   template <class Prog>
   static constexpr bool has_static_kernels =
@@ -169,4 +174,5 @@ struct cuda_backend {
 };
 static_assert(Backend<cuda_backend>);
 
-}  // namespace fusebox::backends
+}  // namespace backends
+}  // namespace fusebox

@@ -17,7 +17,7 @@
 // for models without random inputs in the mode (dropout's masks are made for a static batch).
 // On the GPU: nn::to_device(model) (nn/device.hpp) and compile_step / compile_forward over it, with
 // cuda::tensor inputs.
-// Depends on: nn/module.hpp, nn/device.hpp, autodiff/grad.hpp, compile.hpp.
+// Depends on: nn/module.hpp, nn/device.hpp, autodiff/grad.hpp, compile.hpp, jit.hpp (dyn extents).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +26,7 @@
 
 #include "fusebox/autodiff/grad.hpp"
 #include "fusebox/compile.hpp"
+#include "fusebox/jit.hpp"  // the step takes dyn extents (a variable batch or sequence length)
 #include "fusebox/nn/device.hpp"
 #include "fusebox/nn/loss.hpp"
 #include "fusebox/nn/module.hpp"

@@ -10,8 +10,11 @@
 //   outputs              allocated at those shapes; the entry point's last look (before_run)
 //   run                  the back end (backend/backend.hpp: run_static or run_dynamic)
 // `function_state` is what a compiled function keeps between calls.
-// Depends on: backend/{backend,cpu,cuda}.hpp, backend/cpu/evaluate.hpp (default_threads),
-// pipeline/dynamic_function.hpp, runtime/counters.hpp, options.hpp.
+// The run-time path (pipeline/dynamic_function.hpp) and the CUDA back end (backend/cuda.hpp) are
+// named here through pipeline/targets.hpp only: a call instantiates them when its argument types
+// need them, and a unit that makes such calls includes them (fusebox/jit.hpp, fusebox/cuda.hpp).
+// Depends on: backend/{backend,cpu}.hpp, backend/cpu/evaluate.hpp (default_threads),
+// pipeline/targets.hpp, runtime/{counters,guard}.hpp, options.hpp.
 #pragma once
 
 #include <algorithm>
@@ -26,11 +29,11 @@
 #include "fusebox/backend/backend.hpp"
 #include "fusebox/backend/cpu.hpp"
 #include "fusebox/backend/cpu/evaluate.hpp"
-#include "fusebox/backend/cuda.hpp"
 #include "fusebox/meta/type_list.hpp"
 #include "fusebox/options.hpp"
-#include "fusebox/pipeline/dynamic_function.hpp"
+#include "fusebox/pipeline/targets.hpp"
 #include "fusebox/runtime/counters.hpp"
+#include "fusebox/runtime/guard.hpp"
 
 namespace fusebox::pipeline {
 
@@ -53,13 +56,24 @@ class function_state {
   std::vector<dim_hint> hints;
   std::vector<graph_size_rule> graph_sizes;
 
-  template <backends::Backend B>
+  /// Back end B's state: the CPU's is made with the function, another's at its first call (held
+  /// type-erased, so this class needs no other back end's definition).
+  template <class B>
   typename B::state& backend_state() {
-    return std::get<typename B::state>(backends_);
+    if constexpr (std::is_same_v<B, backends::cpu_backend>) {
+      return cpu_;
+    } else {
+      const void* tag = &meta::type_tag<B>;
+      for (auto& [t, st] : other_backends_)
+        if (t == tag) return *static_cast<typename B::state*>(st.get());
+      auto st = std::make_shared<typename B::state>();
+      other_backends_.emplace_back(tag, st);
+      return *st;
+    }
   }
-  template <backends::Backend B>
+  template <class B>
   const typename B::state& backend_state() const {
-    return std::get<typename B::state>(backends_);
+    return const_cast<function_state*>(this)->backend_state<B>();
   }
   unsigned threads() const { return backend_state<backends::cpu_backend>().threads(); }
 
@@ -94,7 +108,8 @@ class function_state {
   }
 
  private:
-  std::tuple<backends::cpu_backend::state, backends::cuda_backend::state> backends_;
+  backends::cpu_backend::state cpu_;
+  std::vector<std::pair<const void*, std::shared_ptr<void>>> other_backends_;
   std::vector<std::pair<const void*, std::shared_ptr<void>>> dynamic_;
   std::vector<std::function<int()>> recompile_counts_;
 };
@@ -128,6 +143,9 @@ std::optional<Outs> run(function_state& st, typename Prog::frame_t& f, std::size
     return outs;
   } else {
     using D = jit::dynamic_function<Prog, typename B::target>;
+    static_assert(defined_here<D>, "fusebox: this call takes the run-time path (dyn extents, or a back end whose kernels "
+                                   "are generated at run time): #include <fusebox/jit.hpp> (the CPU), "
+                                   "<fusebox/cuda.hpp> (CUDA) or <fusebox/fusebox.hpp>");
     using entry_t = typename D::fast_entry;
     D& fn = st.dynamic_for<D>();
     jit::call_facts facts = D::facts(f, n_args);

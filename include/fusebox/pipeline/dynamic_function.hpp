@@ -27,22 +27,14 @@
 #include "fusebox/ir/merge.hpp"
 #include "fusebox/ir/specialize.hpp"
 #include "fusebox/options.hpp"
+#include "fusebox/pipeline/targets.hpp"
 #include "fusebox/plan/report.hpp"
 #include "fusebox/runtime/guard.hpp"
 #include "fusebox/runtime/kernel_store.hpp"
 
 namespace fusebox::jit {
 
-/// Where a run-time program runs: generated C++ on the CPU, or generated CUDA on the GPU. The
-/// guards, the recompile policy and the planner are the same for both.
-struct cpu_target {};
-struct cuda_target {};
-
-/// mode::reduce_overhead: call signatures a run-time function keeps for its fast path (most
-/// recent first).
-inline constexpr std::size_t fast_path_signatures = 8;
-
-template <class Prog, class Target = cpu_target>
+template <class Prog, class Target>
 class dynamic_function {
   using T = typename Prog::value_type;
 

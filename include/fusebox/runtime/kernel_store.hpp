@@ -41,6 +41,7 @@
 
 #include "fusebox/backend/cpu/codegen.hpp"
 #include "fusebox/backend/cpu/generated_program.hpp"
+#include "fusebox/pipeline/targets.hpp"
 #include "fusebox/profile.hpp"
 #include "fusebox/runtime/cache_key.hpp"
 #include "fusebox/runtime/counters.hpp"
@@ -92,6 +93,12 @@ class kernel_store {
   static kernel_store& instance() {
     static kernel_store store;
     return store;
+  }
+  /// fusebox::reset() reaches the store through jit::clear_kernel_memory (pipeline/targets.hpp),
+  /// set when the store is made: before that it holds nothing to clear. (Set at include time
+  /// instead, it compiled the store into every unit that includes it; issue 22.)
+  kernel_store() {
+    clear_kernel_memory = [] { instance().clear_memory(); };
   }
 
   /// The compiled kernel for each of `rs`, loaded. Kernels found in neither cache are compiled

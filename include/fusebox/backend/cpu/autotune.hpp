@@ -50,6 +50,19 @@ struct store {
   virtual std::string where() const = 0;
 };
 
+/// The store max_autotune keeps winners in between processes, where the program has one:
+/// backend/cpu/winner_store.hpp sets it (the cache directory) in every unit that includes it,
+/// which fusebox/jit.hpp and fusebox/fusebox.hpp do. Null: winners are kept in memory only. A
+/// pointer rather than a call, so that a program of static CPU shapes compiles no disk cache.
+inline store* (*persistent_store)() = nullptr;
+
+/// Where winners persist, in words (explain()).
+inline std::string persistent_where() {
+  return persistent_store ? persistent_store()->where()
+                          : std::string("memory only (this program includes no disk store: <fusebox/jit.hpp> or "
+                                        "<fusebox/fusebox.hpp> brings it)");
+}
+
 /// The tuning state of the current thread: on during a max_autotune call (compile.hpp).
 struct context {
   bool on = false;

@@ -54,4 +54,15 @@ class cpu_winner_store final : public cpu::autotune::store {
   disk_cache disk_;
 };
 
+namespace detail {
+inline cpu::autotune::store* cpu_winner_store_instance() { return &cpu_winner_store::instance(); }
+/// Makes this store max_autotune's (cpu::autotune::persistent_store) in every program with a unit
+/// that includes this header. Registering compiles the store and the disk cache into the unit
+/// (~2 CPU-s): a program that defines FUSEBOX_EXTERN_RUNTIME everywhere registers it only in the
+/// one unit that also defines FUSEBOX_IMPLEMENTATION (README, "Build time").
+#if !defined(FUSEBOX_EXTERN_RUNTIME) || defined(FUSEBOX_IMPLEMENTATION)
+inline const bool cpu_winner_store_registered = (cpu::autotune::persistent_store = &cpu_winner_store_instance, true);
+#endif
+}  // namespace detail
+
 }  // namespace fusebox::jit

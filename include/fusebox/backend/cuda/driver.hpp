@@ -153,6 +153,12 @@ struct driver_error : fusebox::error {
   CUresult result;
 };
 
+/// Checks that a device can run the CUDA back end (throws backend_unavailable with what was tried
+/// and the fix otherwise). Null until this process first tries the driver (driver_once). A pointer,
+/// so that host code which only refuses a CUDA request on host tensors (compile.hpp) does not
+/// compile the driver into every unit (issue 22).
+inline void (*require_device)() = nullptr;
+
 namespace detail {
 
 inline constexpr std::string_view libcuda_what = "libcuda (the NVIDIA driver library)";
@@ -265,9 +271,13 @@ inline void load_driver(driver_state& state) {
   throw backend_unavailable("CUDA", loaded, fix);
 }
 
+inline void require_device_here();
 inline const driver_state& driver_once() {
   // Never destroyed: see the header comment (libraries live as long as the process).
   static const driver_state* state = [] {
+    // cuda::require_device (pipeline/targets.hpp): host code that must refuse a CUDA request
+    // checks the device through it once this process has tried the driver.
+    cuda::require_device = &require_device_here;
     auto* s = new driver_state;
     try {
       load_driver(*s);
@@ -397,6 +407,10 @@ inline const device_info& current_device() {
           "primary context of device " + std::to_string(state.info.ordinal));
   return state.info;
 }
+
+namespace detail {
+inline void require_device_here() { (void)current_device(); }
+}  // namespace detail
 
 /// Whether the CUDA backend can run here: libcuda loads, cuInit succeeds and the selected device
 /// exists. Never throws; creates no context. `driver()` says why when this is false.
