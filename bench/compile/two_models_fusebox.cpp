@@ -1,10 +1,15 @@
 // bench/compile/two_models_fusebox.cpp: issue 22's build-cost program. Two small models, each
 // compiled, explained and checked against eager (ab): an MLP 256 -> 512 -> 32 and a
 // layer_norm(softmax(x)) block. What it costs to build is the figure (bench/compile/build_cost.sh);
-// two_models_eigen.cpp is the same work written with Eigen 3.4.
+// two_models_eigen.cpp is the same work written with Eigen 3.4. A program of static shapes on the
+// CPU includes <fusebox/cpu.hpp>; FUSEBOX_TWO_MODELS_UMBRELLA builds it from <fusebox/fusebox.hpp>.
 #include <cstdio>
 
+#if defined(FUSEBOX_TWO_MODELS_UMBRELLA)
 #include <fusebox/fusebox.hpp>
+#else
+#include <fusebox/cpu.hpp>
+#endif
 
 namespace fb = fusebox;
 
