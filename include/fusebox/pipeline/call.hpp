@@ -71,9 +71,11 @@ class function_state {
       return *st;
     }
   }
+  /// The CPU's state, read-only (other back ends' states are made on first use, so only by a call).
   template <class B>
   const typename B::state& backend_state() const {
-    return const_cast<function_state*>(this)->backend_state<B>();
+    static_assert(std::is_same_v<B, backends::cpu_backend>, "fusebox internal: a const function_state has the CPU's state only");
+    return cpu_;
   }
   unsigned threads() const { return backend_state<backends::cpu_backend>().threads(); }
 

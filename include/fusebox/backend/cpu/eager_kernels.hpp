@@ -103,8 +103,8 @@ void pointwise(const std::array<strided<const T>, N>& operands, const strided<T>
 }
 
 /// out = Op-reduction of `in` along `axis` (keepdim or not: out holds the same elements); out is
-/// contiguous. Combines in the order the static rows kernel does for a row: lane-wise over
-/// vectors, then across lanes, then the tail.
+/// contiguous. Combines in the order the static kernels do (a row: see below; across rows: one
+/// accumulator per output element, down the axis).
 template <class Op, class T>
 void reduce(const strided<const T>& in, std::size_t axis, const strided<T>& out, thread_pool& pool) {
   using V = vec<T>;
@@ -131,13 +131,23 @@ void reduce(const strided<const T>& in, std::size_t axis, const strided<T>& out,
     for (std::size_t o = first; o < end; ++o) {
       const T* base = in.data + offset(o, 0, axis);
       T* dst = out.data + o * inner;
-      if (last) {  // along a row: lane-wise, across lanes, then the tail
+      if (last) {
+        // Along a row, in the static rows kernel's order (backend/cpu/executor.hpp, step): four
+        // vector accumulators, the rest of the vectors into the first, the four combined pairwise
+        // and across lanes, then the scalar tail; a strided row is one scalar pass. Rounding is
+        // then the same as a compiled model's, bit for bit (tests/ops/special_values.cpp).
         T acc = Op::template identity<T>();
         std::size_t k = 0;
-        if (sa == 1 && n >= W) {
-          V va = Op::template identity<V>();
-          for (; k + W <= n; k += W) va = Op::combine(va, V::load_unaligned(base + k));
-          acc = Op::horizontal(va);
+        if (sa == 1) {
+          V a0 = Op::template identity<V>(), a1 = a0, a2 = a0, a3 = a0;
+          for (; k + 4 * W <= n; k += 4 * W) {
+            a0 = Op::combine(a0, V::load_unaligned(base + k));
+            a1 = Op::combine(a1, V::load_unaligned(base + k + W));
+            a2 = Op::combine(a2, V::load_unaligned(base + k + 2 * W));
+            a3 = Op::combine(a3, V::load_unaligned(base + k + 3 * W));
+          }
+          for (; k + W <= n; k += W) a0 = Op::combine(a0, V::load_unaligned(base + k));
+          acc = Op::horizontal(Op::combine(Op::combine(a0, a1), Op::combine(a2, a3)));
         }
         for (; k < n; ++k) acc = Op::combine(acc, base[static_cast<std::ptrdiff_t>(k) * sa]);
         dst[0] = Op::finalize(acc, n);
