@@ -283,7 +283,9 @@ class compiled {
   bool eager_only() const { return rollback_active() || !enabled(); }
 
   /// max_autotune on the host: the kernels of this call take timed choices (backend/cpu/autotune.hpp),
-  /// persisted in the cache directory; other modes leave tuning off.
+  /// persisted where the program has a store (cpu::autotune::persistent_store: the cache directory
+  /// when a unit includes <fusebox/jit.hpp> or fusebox.hpp; in memory only otherwise); other modes
+  /// leave tuning off.
   cpu::autotune::scope autotune_scope() const {
     const bool on = st_.opts.mode == mode::max_autotune;
     return cpu::autotune::scope(on, on && cpu::autotune::persistent_store ? cpu::autotune::persistent_store() : nullptr);
