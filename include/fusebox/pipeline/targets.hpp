@@ -1,7 +1,7 @@
 // pipeline/targets.hpp: the names the call pipeline uses of the run-time path and of the CUDA back
 // end, declared without their definitions, so that a program that runs only static shapes on the
-// CPU does not parse (or compile) the JIT or the CUDA back end (issue 22: ~2.5 of 5.6 CPU-s to
-// include fusebox.hpp). The definitions are in pipeline/dynamic_function.hpp (the run-time path,
+// CPU does not parse (or compile) the JIT or the CUDA back end (issue 22; docs/benchmarks.md,
+// run AE: <fusebox/cpu.hpp> 2.7 CPU-s). The definitions are in pipeline/dynamic_function.hpp (the run-time path,
 // on either target) and backend/cuda.hpp; an entry point names them only in branches that the
 // argument types select, so a unit instantiates them only when it calls them, and then it has
 // included them (fusebox/jit.hpp, fusebox/cuda.hpp or fusebox/fusebox.hpp).
@@ -20,8 +20,8 @@ struct cuda_target {};
 template <class Prog, class Target>
 class dynamic_function;
 
-/// Clears the run-time path's in-memory kernel cache (fusebox::reset()); set by
-/// runtime/kernel_store.hpp, null in a program without the run-time path.
+/// Clears the run-time path's in-memory kernel cache (fusebox::reset()); set by the kernel
+/// store's constructor (runtime/kernel_store.hpp), null while there is no store to clear.
 inline void (*clear_kernel_memory)() = nullptr;
 
 /// mode::reduce_overhead: call signatures a run-time function keeps for its fast path (most
