@@ -1,8 +1,4 @@
 // The Catch2 main, compiled once into the object library fusebox_test_main and linked into every
 // test executable (tests/CMakeLists.txt), so no test file defines CATCH_CONFIG_MAIN itself.
-// It is also the test programs' one FUSEBOX_IMPLEMENTATION unit (tests/CMakeLists.txt): the
-// CPU autotune winner store registers here.
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
-
-#include <fusebox/backend/cpu/winner_store.hpp>

@@ -11,6 +11,9 @@
 #   two_models_umbrella  the same from <fusebox/fusebox.hpp>
 #   two_models_eigen     bench/compile/two_models_eigen.cpp: the same work with Eigen 3.4 (the peer)
 #   quickstart           examples/quickstart.cpp
+#   <unit>_separate      two_models_fusebox, two_models_umbrella, quickstart with FUSEBOX_EXTERN_RUNTIME:
+#                        the shape-independent code is in the implementation unit (core/linkage.hpp)
+#   runtime              that implementation unit (fusebox_add_runtime()'s source), compiled once a program
 #
 # Usage: bench/compile/build_cost.sh [REPS] [unit ...]   (default: all units)
 # Environment: CXX (g++), CXXFLAGS (default -std=c++20 -O2 -march=native, the issue's), CPPFLAGS
@@ -44,6 +47,13 @@ src[two_models_umbrella]="$root/bench/compile/two_models_fusebox.cpp"
 declare -A defs=([two_models_umbrella]=-DFUSEBOX_TWO_MODELS_UMBRELLA)
 [ -f /usr/include/eigen3/Eigen/Dense ] && src[two_models_eigen]="$root/bench/compile/two_models_eigen.cpp"
 src[quickstart]="$root/examples/quickstart.cpp"
+for u in two_models_fusebox two_models_umbrella quickstart; do
+  src[${u}_separate]="${src[$u]}"
+  defs[${u}_separate]="${defs[$u]:-} -DFUSEBOX_EXTERN_RUNTIME"
+done
+printf '#include <fusebox/fusebox.hpp>\n#include <fusebox/train.hpp>\n#include <fusebox/data.hpp>\n' > "$tmp/runtime.cpp"
+src[runtime]="$tmp/runtime.cpp"
+defs[runtime]="-DFUSEBOX_EXTERN_RUNTIME -DFUSEBOX_IMPLEMENTATION"
 
 units=("$@")
 if [ ${#units[@]} -eq 0 ]; then
@@ -51,7 +61,7 @@ if [ ${#units[@]} -eq 0 ]; then
   for entry in core cpu jit cuda train data; do [ -n "${src[include_$entry]:-}" ] && units+=("include_$entry"); done
   units+=(two_models_fusebox two_models_umbrella)
   [ -n "${src[two_models_eigen]:-}" ] && units+=(two_models_eigen)
-  units+=(quickstart)
+  units+=(quickstart two_models_fusebox_separate quickstart_separate runtime)
 fi
 
 echo "# build cost: $cxx $flags, $reps repetition(s), $(nproc) CPU(s), $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -64,7 +74,8 @@ for r in $(seq 1 "$reps"); do
     # Eigen's unit and entry headers the old tree lacks have no old build. An old tree without
     # <fusebox/cpu.hpp> builds the two-model program from fusebox.hpp (once, as two_models_fusebox@old).
     old_split=0; [ -n "$old" ] && [ -f "$old/fusebox/cpu.hpp" ] && old_split=1
-    if [ -n "$old" ] && [ "$u" != two_models_eigen ] && { [ $old_split = 1 ] || [ "$u" != two_models_umbrella ]; } &&
+    old_linkage=0; [ -n "$old" ] && [ -f "$old/fusebox/core/linkage.hpp" ] && old_linkage=1
+    if [ -n "$old" ] && [ "$u" != two_models_eigen ] && { [ $old_linkage = 1 ] || [[ "$u" != *_separate && "$u" != runtime ]]; } && { [ $old_split = 1 ] || [ "$u" != two_models_umbrella ]; } &&
        { [[ "$u" != include_* ]] || [ "$u" = include_all ] || [ -f "$old/fusebox/${u#include_}.hpp" ]; }; then
       if [ $((r % 2)) = 1 ]; then trees=("$old" "$root/include"); else trees+=("$old"); fi
     fi
@@ -103,6 +114,9 @@ for u in med:
 if "two_models_fusebox" in med and "two_models_eigen" in med:
     f, e = med["two_models_fusebox"], med["two_models_eigen"]
     print(f"two models, fusebox (cpu.hpp) / Eigen: {f[0] / e[0]:.2f}x CPU-s (target <= 2), {f[1] / e[1]:.2f}x peak (target <= 1.5)")
+    if "two_models_fusebox_separate" in med:
+        g = med["two_models_fusebox_separate"]
+        print(f"two models, fusebox (cpu.hpp, FUSEBOX_EXTERN_RUNTIME) / Eigen: {g[0] / e[0]:.2f}x CPU-s, {g[1] / e[1]:.2f}x peak")
     if "two_models_umbrella" in med:
         g = med["two_models_umbrella"]
         print(f"two models, fusebox (fusebox.hpp) / Eigen: {g[0] / e[0]:.2f}x CPU-s, {g[1] / e[1]:.2f}x peak")

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fusebox/core/errors.hpp"
+#include "fusebox/core/linkage.hpp"
 #include "fusebox/expr/custom.hpp"
 #include "fusebox/expr/gather.hpp"
 #include "fusebox/expr/grad_nodes.hpp"
@@ -282,5 +283,16 @@ std::string describe_graph(const std::array<ir::node, N>& nodes) {
   }
   return s;
 }
+
+#ifdef FUSEBOX_RUNTIME_INSTANCE  // compiled once where a program asks for it (core/linkage.hpp)
+FUSEBOX_RUNTIME_INSTANCE std::array<ir::node, 16> specialise<16>(const std::array<ir::node, 16>&, const std::vector<dims>&);
+FUSEBOX_RUNTIME_INSTANCE std::string describe_graph<16>(const std::array<ir::node, 16>&);
+FUSEBOX_RUNTIME_INSTANCE std::array<ir::node, 32> specialise<32>(const std::array<ir::node, 32>&, const std::vector<dims>&);
+FUSEBOX_RUNTIME_INSTANCE std::string describe_graph<32>(const std::array<ir::node, 32>&);
+FUSEBOX_RUNTIME_INSTANCE std::array<ir::node, 64> specialise<64>(const std::array<ir::node, 64>&, const std::vector<dims>&);
+FUSEBOX_RUNTIME_INSTANCE std::string describe_graph<64>(const std::array<ir::node, 64>&);
+FUSEBOX_RUNTIME_INSTANCE std::array<ir::node, 128> specialise<128>(const std::array<ir::node, 128>&, const std::vector<dims>&);
+FUSEBOX_RUNTIME_INSTANCE std::string describe_graph<128>(const std::array<ir::node, 128>&);
+#endif
 
 }  // namespace fusebox::jit

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "fusebox/core/linkage.hpp"
 #include "fusebox/expr/custom.hpp"
 #include "fusebox/ir/graph.hpp"
 #include "fusebox/plan/plan.hpp"
@@ -40,21 +41,8 @@ struct plan_ref {
 };
 
 namespace detail {
-inline std::string human_bytes(double b) {
-  char buf[32];
-  if (b >= 1 << 20) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1 << 20));
-  else if (b >= 1 << 10) std::snprintf(buf, sizeof buf, "%.1f KiB", b / (1 << 10));
-  else std::snprintf(buf, sizeof buf, "%.0f B", b);
-  return buf;
-}
-inline std::string number(double v) {
-  char buf[32];
-  if (v >= 1e9) std::snprintf(buf, sizeof buf, "%.2f G", v / 1e9);
-  else if (v >= 1e6) std::snprintf(buf, sizeof buf, "%.2f M", v / 1e6);
-  else if (v >= 1e3) std::snprintf(buf, sizeof buf, "%.1f k", v / 1e3);
-  else std::snprintf(buf, sizeof buf, "%.0f ", v);
-  return buf;
-}
+FUSEBOX_RUNTIME_API std::string human_bytes(double b);
+FUSEBOX_RUNTIME_API std::string number(double v);
 /// Node i reads an earlier member of its row group when the call's values agree (plan step 5):
 /// reports list the value once.
 template <class Plan>
@@ -66,7 +54,49 @@ constexpr bool group_twin(const Plan& plan, std::size_t i) {
 
 /// The fused ops of kernel k of program P, as explain() lists them and the profiler names the
 /// kernel's span: "mul, add, gelu", "matmul + epilogue(add, relu)", "conv2d + epilogue(add)".
-inline std::string kernel_ops(std::span<const ir::node> nodes, const plan_ref& plan, int k) {
+FUSEBOX_RUNTIME_API std::string kernel_ops(std::span<const ir::node> nodes, const plan_ref& plan, int k);
+
+/// Kernel-by-kernel description of a plan over `nodes` (the call's shapes), elements of
+/// `elem_bytes`: each kernel's fused ops, loop, bytes moved and flops. `how(k)` is the back end's
+/// part of kernel k's loop line (vector width and threads, the generated kernel, the library
+/// call), so every path reports the same costs of the same plan.
+FUSEBOX_RUNTIME_API std::string describe_kernels(std::span<const ir::node> nodes, const plan_ref& plan,
+                                                 std::size_t elem_bytes, const std::function<std::string(int)>& how);
+
+
+template <std::size_t N>
+std::string kernel_ops(const std::array<ir::node, N>& nodes, const plan_t<N>& plan, int k) {
+  return kernel_ops(std::span<const ir::node>(nodes), plan_ref(plan), k);
+}
+template <std::size_t N, class How>
+std::string describe_kernels(const std::array<ir::node, N>& nodes, const plan_t<N>& plan, std::size_t elem_bytes,
+                             How&& how) {
+  return describe_kernels(std::span<const ir::node>(nodes), plan_ref(plan), elem_bytes,
+                          std::function<std::string(int)>(std::forward<How>(how)));
+}
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+namespace detail {
+FUSEBOX_RUNTIME_API std::string human_bytes(double b) {
+  char buf[32];
+  if (b >= 1 << 20) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1 << 20));
+  else if (b >= 1 << 10) std::snprintf(buf, sizeof buf, "%.1f KiB", b / (1 << 10));
+  else std::snprintf(buf, sizeof buf, "%.0f B", b);
+  return buf;
+}
+
+FUSEBOX_RUNTIME_API std::string number(double v) {
+  char buf[32];
+  if (v >= 1e9) std::snprintf(buf, sizeof buf, "%.2f G", v / 1e9);
+  else if (v >= 1e6) std::snprintf(buf, sizeof buf, "%.2f M", v / 1e6);
+  else if (v >= 1e3) std::snprintf(buf, sizeof buf, "%.1f k", v / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.0f ", v);
+  return buf;
+}
+}  // namespace detail
+
+FUSEBOX_RUNTIME_API std::string kernel_ops(std::span<const ir::node> nodes, const plan_ref& plan, int k) {
   const std::size_t N = nodes.size();
   const auto& kn = plan.kernels[k];
   auto members = [&](int group) {
@@ -95,12 +125,8 @@ inline std::string kernel_ops(std::span<const ir::node> nodes, const plan_ref& p
   }
 }
 
-/// Kernel-by-kernel description of a plan over `nodes` (the call's shapes), elements of
-/// `elem_bytes`: each kernel's fused ops, loop, bytes moved and flops. `how(k)` is the back end's
-/// part of kernel k's loop line (vector width and threads, the generated kernel, the library
-/// call), so every path reports the same costs of the same plan.
-inline std::string describe_kernels(std::span<const ir::node> nodes, const plan_ref& plan, std::size_t elem_bytes,
-                                    const std::function<std::string(int)>& how) {
+FUSEBOX_RUNTIME_API std::string describe_kernels(std::span<const ir::node> nodes, const plan_ref& plan,
+                                                 std::size_t elem_bytes, const std::function<std::string(int)>& how) {
   const std::size_t N = nodes.size();
   std::string s;
   const double eb = static_cast<double>(elem_bytes);
@@ -244,17 +270,6 @@ inline std::string describe_kernels(std::span<const ir::node> nodes, const plan_
   }
   return s;
 }
-
-
-template <std::size_t N>
-std::string kernel_ops(const std::array<ir::node, N>& nodes, const plan_t<N>& plan, int k) {
-  return kernel_ops(std::span<const ir::node>(nodes), plan_ref(plan), k);
-}
-template <std::size_t N, class How>
-std::string describe_kernels(const std::array<ir::node, N>& nodes, const plan_t<N>& plan, std::size_t elem_bytes,
-                             How&& how) {
-  return describe_kernels(std::span<const ir::node>(nodes), plan_ref(plan), elem_bytes,
-                          std::function<std::string(int)>(std::forward<How>(how)));
-}
+#endif
 
 }  // namespace fusebox::plan

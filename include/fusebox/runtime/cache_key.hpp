@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "fusebox/core/linkage.hpp"
 #include "fusebox/runtime/hash.hpp"
 
 namespace fusebox::jit {
@@ -40,13 +41,7 @@ struct cache_key {
 
   /// Appends one field. Field order matters (two keys with the same fields in another order
   /// differ): build keys in one place, in a fixed order.
-  cache_key& add(std::string_view name, std::string_view value) {
-    append_counted(name);
-    canonical.push_back('=');
-    append_counted(value);
-    canonical.push_back('\n');
-    return *this;
-  }
+  cache_key& add(std::string_view name, std::string_view value);
   cache_key& add(std::string_view name, const char* value) {
     return add(name, std::string_view(value));
   }
@@ -91,29 +86,12 @@ struct cache_key {
 
   /// The fields in order, parsed back. Throws std::invalid_argument on text that add() could not
   /// have produced (a corrupt key read from disk).
-  std::vector<std::pair<std::string_view, std::string_view>> fields() const {
-    std::vector<std::pair<std::string_view, std::string_view>> out;
-    std::string_view rest = canonical;
-    while (!rest.empty()) {
-      const std::string_view name = take_counted(rest);
-      if (rest.empty() || rest.front() != '=') bad();
-      rest.remove_prefix(1);
-      const std::string_view value = take_counted(rest);
-      if (rest.empty() || rest.front() != '\n') bad();
-      rest.remove_prefix(1);
-      out.emplace_back(name, value);
-    }
-    return out;
-  }
+  std::vector<std::pair<std::string_view, std::string_view>> fields() const;
 
   friend bool operator==(const cache_key&, const cache_key&) = default;
 
  private:
-  void append_counted(std::string_view text) {
-    canonical += std::to_string(text.size());
-    canonical.push_back(':');
-    canonical.append(text);
-  }
+  void append_counted(std::string_view text);
 
   template <class Number>
   static void append_number(std::string& out, Number value) {
@@ -131,23 +109,58 @@ struct cache_key {
     throw std::invalid_argument("fusebox: malformed cache key text");
   }
 
-  static std::string_view take_counted(std::string_view& rest) {
-    std::size_t size = 0;
-    const auto [end, error] = std::from_chars(rest.data(), rest.data() + rest.size(), size);
-    if (error != std::errc{} || end == rest.data() || end == rest.data() + rest.size() ||
-        *end != ':')
-      bad();
-    rest.remove_prefix(static_cast<std::size_t>(end - rest.data()) + 1);
-    if (size > rest.size()) bad();
-    const std::string_view out = rest.substr(0, size);
-    rest.remove_prefix(size);
-    return out;
-  }
+  static std::string_view take_counted(std::string_view& rest);
 };
 
 /// Which fields differ between two keys, one line each (`extents: [64,784] -> [32,784]`), for
 /// logging why a lookup missed or a function recompiled. Empty when the keys are equal.
-inline std::string difference(const cache_key& before, const cache_key& after) {
+FUSEBOX_RUNTIME_API std::string difference(const cache_key& before, const cache_key& after);
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+FUSEBOX_RUNTIME_API cache_key& cache_key::add(std::string_view name, std::string_view value) {
+  append_counted(name);
+  canonical.push_back('=');
+  append_counted(value);
+  canonical.push_back('\n');
+  return *this;
+}
+
+FUSEBOX_RUNTIME_API std::vector<std::pair<std::string_view, std::string_view>> cache_key::fields() const {
+  std::vector<std::pair<std::string_view, std::string_view>> out;
+  std::string_view rest = canonical;
+  while (!rest.empty()) {
+    const std::string_view name = take_counted(rest);
+    if (rest.empty() || rest.front() != '=') bad();
+    rest.remove_prefix(1);
+    const std::string_view value = take_counted(rest);
+    if (rest.empty() || rest.front() != '\n') bad();
+    rest.remove_prefix(1);
+    out.emplace_back(name, value);
+  }
+  return out;
+}
+
+FUSEBOX_RUNTIME_API void cache_key::append_counted(std::string_view text) {
+  canonical += std::to_string(text.size());
+  canonical.push_back(':');
+  canonical.append(text);
+}
+
+FUSEBOX_RUNTIME_API std::string_view cache_key::take_counted(std::string_view& rest) {
+  std::size_t size = 0;
+  const auto [end, error] = std::from_chars(rest.data(), rest.data() + rest.size(), size);
+  if (error != std::errc{} || end == rest.data() || end == rest.data() + rest.size() ||
+      *end != ':')
+    bad();
+  rest.remove_prefix(static_cast<std::size_t>(end - rest.data()) + 1);
+  if (size > rest.size()) bad();
+  const std::string_view out = rest.substr(0, size);
+  rest.remove_prefix(size);
+  return out;
+}
+
+FUSEBOX_RUNTIME_API std::string difference(const cache_key& before, const cache_key& after) {
   const auto a = before.fields();
   const auto b = after.fields();
   std::string out;
@@ -167,6 +180,7 @@ inline std::string difference(const cache_key& before, const cache_key& after) {
   for (std::size_t i = common; i < b.size(); ++i) line(b[i].first, "(absent)", b[i].second);
   return out;
 }
+#endif
 
 }  // namespace fusebox::jit
 

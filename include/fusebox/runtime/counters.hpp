@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "fusebox/core/errors.hpp"
+#include "fusebox/core/linkage.hpp"
 
 namespace fusebox::jit {
 
@@ -94,58 +95,17 @@ class counter_set {
   }
 
   /// Counts a recompile and keeps its reason ("f: guard x.extent(0) == 64 failed: 32").
-  void add_recompile(std::string reason) {
-    recompiles.fetch_add(1, std::memory_order_relaxed);
-    std::lock_guard lock(mutex_);
-    if (reasons_.size() == max_reasons) {
-      reasons_.pop_front();
-      ++dropped_;
-    }
-    reasons_.push_back(std::move(reason));
-  }
+  void add_recompile(std::string reason);
 
   std::vector<std::string> recompile_reasons() const {
     std::lock_guard lock(mutex_);
     return {reasons_.begin(), reasons_.end()};
   }
 
-  counter_snapshot snapshot() const {
-    counter_snapshot s;
-    s.hits = hits.load(std::memory_order_relaxed);
-    s.misses = misses.load(std::memory_order_relaxed);
-    s.compiles = compiles.load(std::memory_order_relaxed);
-    s.kernels_compiled = kernels_compiled.load(std::memory_order_relaxed);
-    s.compile_failures = compile_failures.load(std::memory_order_relaxed);
-    s.recompiles = recompiles.load(std::memory_order_relaxed);
-    s.disk_hits = disk_hits.load(std::memory_order_relaxed);
-    s.disk_misses = disk_misses.load(std::memory_order_relaxed);
-    s.disk_stores = disk_stores.load(std::memory_order_relaxed);
-    s.evictions = evictions.load(std::memory_order_relaxed);
-    s.graph_captures = graph_captures.load(std::memory_order_relaxed);
-    s.graph_updates = graph_updates.load(std::memory_order_relaxed);
-    s.graph_replays = graph_replays.load(std::memory_order_relaxed);
-    s.rollback_calls = rollback_calls.load(std::memory_order_relaxed);
-    s.autotune_timed = autotune_timed.load(std::memory_order_relaxed);
-    s.autotune_from_disk = autotune_from_disk.load(std::memory_order_relaxed);
-    s.fast_path_calls = fast_path_calls.load(std::memory_order_relaxed);
-    s.compile_seconds = compile_seconds();
-    std::lock_guard lock(mutex_);
-    s.recompile_reasons_dropped = dropped_;
-    s.recompile_reasons.assign(reasons_.begin(), reasons_.end());
-    return s;
-  }
+  counter_snapshot snapshot() const;
 
   /// Zeroes everything (fusebox::reset() and tests).
-  void reset() {
-    for (auto* c : {&hits, &misses, &compiles, &kernels_compiled, &compile_failures, &recompiles, &disk_hits,
-                    &disk_misses, &disk_stores, &evictions, &graph_captures, &graph_updates, &graph_replays,
-                    &rollback_calls, &autotune_timed, &autotune_from_disk, &fast_path_calls})
-      c->store(0, std::memory_order_relaxed);
-    compile_nanoseconds_.store(0, std::memory_order_relaxed);
-    std::lock_guard lock(mutex_);
-    reasons_.clear();
-    dropped_ = 0;
-  }
+  void reset();
 
  private:
   std::atomic<std::uint64_t> compile_nanoseconds_{0};
@@ -161,13 +121,7 @@ inline counter_set& counters() noexcept {
 }
 
 namespace detail {
-inline std::atomic<bool>& compiles_forbidden_flag() noexcept {
-  static std::atomic<bool> flag = [] {
-    const char* env = std::getenv("FUSEBOX_FORBID_COMPILES");
-    return env != nullptr && env[0] != '\0' && std::string_view(env) != "0";
-  }();
-  return flag;
-}
+FUSEBOX_RUNTIME_API std::atomic<bool>& compiles_forbidden_flag() noexcept;
 }  // namespace detail
 
 /// Test switch: while on, every compile throws compile_forbidden.
@@ -180,11 +134,73 @@ inline bool compiles_forbidden() noexcept {
 }
 
 /// Called by every compiler before it starts; `what` names the thing being compiled.
-inline void check_compile_allowed(std::string_view what) {
+FUSEBOX_RUNTIME_API void check_compile_allowed(std::string_view what);
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+FUSEBOX_RUNTIME_API void counter_set::add_recompile(std::string reason) {
+  recompiles.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard lock(mutex_);
+  if (reasons_.size() == max_reasons) {
+    reasons_.pop_front();
+    ++dropped_;
+  }
+  reasons_.push_back(std::move(reason));
+}
+
+FUSEBOX_RUNTIME_API counter_snapshot counter_set::snapshot() const {
+  counter_snapshot s;
+  s.hits = hits.load(std::memory_order_relaxed);
+  s.misses = misses.load(std::memory_order_relaxed);
+  s.compiles = compiles.load(std::memory_order_relaxed);
+  s.kernels_compiled = kernels_compiled.load(std::memory_order_relaxed);
+  s.compile_failures = compile_failures.load(std::memory_order_relaxed);
+  s.recompiles = recompiles.load(std::memory_order_relaxed);
+  s.disk_hits = disk_hits.load(std::memory_order_relaxed);
+  s.disk_misses = disk_misses.load(std::memory_order_relaxed);
+  s.disk_stores = disk_stores.load(std::memory_order_relaxed);
+  s.evictions = evictions.load(std::memory_order_relaxed);
+  s.graph_captures = graph_captures.load(std::memory_order_relaxed);
+  s.graph_updates = graph_updates.load(std::memory_order_relaxed);
+  s.graph_replays = graph_replays.load(std::memory_order_relaxed);
+  s.rollback_calls = rollback_calls.load(std::memory_order_relaxed);
+  s.autotune_timed = autotune_timed.load(std::memory_order_relaxed);
+  s.autotune_from_disk = autotune_from_disk.load(std::memory_order_relaxed);
+  s.fast_path_calls = fast_path_calls.load(std::memory_order_relaxed);
+  s.compile_seconds = compile_seconds();
+  std::lock_guard lock(mutex_);
+  s.recompile_reasons_dropped = dropped_;
+  s.recompile_reasons.assign(reasons_.begin(), reasons_.end());
+  return s;
+}
+
+FUSEBOX_RUNTIME_API void counter_set::reset() {
+  for (auto* c : {&hits, &misses, &compiles, &kernels_compiled, &compile_failures, &recompiles, &disk_hits,
+                  &disk_misses, &disk_stores, &evictions, &graph_captures, &graph_updates, &graph_replays,
+                  &rollback_calls, &autotune_timed, &autotune_from_disk, &fast_path_calls})
+    c->store(0, std::memory_order_relaxed);
+  compile_nanoseconds_.store(0, std::memory_order_relaxed);
+  std::lock_guard lock(mutex_);
+  reasons_.clear();
+  dropped_ = 0;
+}
+
+namespace detail {
+FUSEBOX_RUNTIME_API std::atomic<bool>& compiles_forbidden_flag() noexcept {
+  static std::atomic<bool> flag = [] {
+    const char* env = std::getenv("FUSEBOX_FORBID_COMPILES");
+    return env != nullptr && env[0] != '\0' && std::string_view(env) != "0";
+  }();
+  return flag;
+}
+}  // namespace detail
+
+FUSEBOX_RUNTIME_API void check_compile_allowed(std::string_view what) {
   if (compiles_forbidden())
     throw compile_forbidden("fusebox: compile of " + std::string(what) +
                             " attempted while compiles are forbidden (forbid_compiles(true) or "
                             "FUSEBOX_FORBID_COMPILES): the cache did not serve it");
 }
+#endif
 
 }  // namespace fusebox::jit

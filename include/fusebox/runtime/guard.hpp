@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "fusebox/core/errors.hpp"
+#include "fusebox/core/linkage.hpp"
 #include "fusebox/core/shape.hpp"
 #include "fusebox/options.hpp"
 
@@ -62,49 +63,10 @@ class guard {
   std::size_t symbols() const { return symbol_min.size(); }
 
   /// Whether the call passes; otherwise `why` names the first failing check with both values.
-  bool matches(const call_facts& c, std::string* why = nullptr) const {
-    std::vector<std::size_t> bound(symbols(), dyn);
-    for (std::size_t a = 0; a < pattern.size(); ++a) {
-      for (std::size_t d = 0; d < pattern[a].rank; ++d) {
-        const std::size_t want = pattern[a].extent[d], got = c.extents[a].extent[d];
-        const std::string where = "argument " + std::to_string(a) + " dimension " + std::to_string(d);
-        if (is_known_extent(want)) {
-          if (want != got) return fail(why, where + ": specialised to " + std::to_string(want) + ", got " + std::to_string(got));
-          continue;
-        }
-        const std::size_t k = want - symbol_base;
-        if (got < symbol_min[k] || got > symbol_max[k])
-          return fail(why, where + ": symbolic s" + std::to_string(k) + " in [" + std::to_string(symbol_min[k]) + ", " +
-                               (symbol_max[k] == dyn ? std::string("inf") : std::to_string(symbol_max[k])) + "], got " +
-                               std::to_string(got));
-        if (bound[k] == dyn) bound[k] = got;
-        else if (bound[k] != got)
-          return fail(why, where + ": s" + std::to_string(k) + " is " + std::to_string(bound[k]) +
-                               " elsewhere in this call, here " + std::to_string(got));
-      }
-      if (unit_inner[a] != c.unit_inner[a])
-        return fail(why, "argument " + std::to_string(a) + ": innermost stride " +
-                             (unit_inner[a] ? "was 1, now is not" : "was not 1, now is"));
-      if (aligned[a] != c.aligned[a])
-        return fail(why, "argument " + std::to_string(a) + ": 64-byte alignment " + (aligned[a] ? "lost" : "gained"));
-    }
-    for (std::size_t i = 0; i < payload_class.size() && i < c.payload_class.size(); ++i)
-      if (payload_class[i] != c.payload_class[i]) {
-        const bool was_merged = payload_class[i] != static_cast<int>(i);
-        const int other = was_merged ? payload_class[i] : c.payload_class[i];
-        return fail(why, "the scalar or captured tensor of node " + std::to_string(i) + (was_merged ? " was" : " was not") +
-                             " equal to that of node " + std::to_string(other) + " (one computation serves both), now " +
-                             (was_merged ? "differs" : "is equal"));
-      }
-    return true;
-  }
+  bool matches(const call_facts& c, std::string* why = nullptr) const;
 
   /// Text of the guard for logs: "[s0, 784] [784, 10]".
-  std::string text() const {
-    std::string s;
-    for (const auto& p : pattern) s += (s.empty() ? "" : " ") + to_string(p);
-    return s;
-  }
+  std::string text() const;
 
  private:
   static bool fail(std::string* why, std::string w) {
@@ -114,8 +76,59 @@ class guard {
 };
 
 /// The guard of the next specialisation for a call that no existing guard accepted.
-inline guard next_guard(const call_facts& c, fusebox::dynamic policy, const std::vector<guard>& existing,
-                        const std::vector<dim_hint>& hints) {
+FUSEBOX_RUNTIME_API guard next_guard(const call_facts& c, fusebox::dynamic policy, const std::vector<guard>& existing,
+                                     const std::vector<dim_hint>& hints);
+
+/// Throws shape_error when an extent is outside the range its hint allows.
+FUSEBOX_RUNTIME_API void check_hints(const call_facts& c, const std::vector<dim_hint>& hints);
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+FUSEBOX_RUNTIME_API bool guard::matches(const call_facts& c, std::string* why) const {
+  std::vector<std::size_t> bound(symbols(), dyn);
+  for (std::size_t a = 0; a < pattern.size(); ++a) {
+    for (std::size_t d = 0; d < pattern[a].rank; ++d) {
+      const std::size_t want = pattern[a].extent[d], got = c.extents[a].extent[d];
+      const std::string where = "argument " + std::to_string(a) + " dimension " + std::to_string(d);
+      if (is_known_extent(want)) {
+        if (want != got) return fail(why, where + ": specialised to " + std::to_string(want) + ", got " + std::to_string(got));
+        continue;
+      }
+      const std::size_t k = want - symbol_base;
+      if (got < symbol_min[k] || got > symbol_max[k])
+        return fail(why, where + ": symbolic s" + std::to_string(k) + " in [" + std::to_string(symbol_min[k]) + ", " +
+                             (symbol_max[k] == dyn ? std::string("inf") : std::to_string(symbol_max[k])) + "], got " +
+                             std::to_string(got));
+      if (bound[k] == dyn) bound[k] = got;
+      else if (bound[k] != got)
+        return fail(why, where + ": s" + std::to_string(k) + " is " + std::to_string(bound[k]) +
+                             " elsewhere in this call, here " + std::to_string(got));
+    }
+    if (unit_inner[a] != c.unit_inner[a])
+      return fail(why, "argument " + std::to_string(a) + ": innermost stride " +
+                           (unit_inner[a] ? "was 1, now is not" : "was not 1, now is"));
+    if (aligned[a] != c.aligned[a])
+      return fail(why, "argument " + std::to_string(a) + ": 64-byte alignment " + (aligned[a] ? "lost" : "gained"));
+  }
+  for (std::size_t i = 0; i < payload_class.size() && i < c.payload_class.size(); ++i)
+    if (payload_class[i] != c.payload_class[i]) {
+      const bool was_merged = payload_class[i] != static_cast<int>(i);
+      const int other = was_merged ? payload_class[i] : c.payload_class[i];
+      return fail(why, "the scalar or captured tensor of node " + std::to_string(i) + (was_merged ? " was" : " was not") +
+                           " equal to that of node " + std::to_string(other) + " (one computation serves both), now " +
+                           (was_merged ? "differs" : "is equal"));
+    }
+  return true;
+}
+
+FUSEBOX_RUNTIME_API std::string guard::text() const {
+  std::string s;
+  for (const auto& p : pattern) s += (s.empty() ? "" : " ") + to_string(p);
+  return s;
+}
+
+FUSEBOX_RUNTIME_API guard next_guard(const call_facts& c, fusebox::dynamic policy, const std::vector<guard>& existing,
+                                     const std::vector<dim_hint>& hints) {
   guard g;
   g.pattern = c.extents;
   g.unit_inner = c.unit_inner;
@@ -163,8 +176,7 @@ inline guard next_guard(const call_facts& c, fusebox::dynamic policy, const std:
   return g;
 }
 
-/// Throws shape_error when an extent is outside the range its hint allows.
-inline void check_hints(const call_facts& c, const std::vector<dim_hint>& hints) {
+FUSEBOX_RUNTIME_API void check_hints(const call_facts& c, const std::vector<dim_hint>& hints) {
   for (const auto& h : hints) {
     if (h.arg >= c.extents.size() || h.dim >= c.extents[h.arg].rank) continue;
     const std::size_t v = c.extents[h.arg].extent[h.dim];
@@ -175,5 +187,6 @@ inline void check_hints(const call_facts& c, const std::vector<dim_hint>& hints)
                         std::source_location{});
   }
 }
+#endif
 
 }  // namespace fusebox::jit

@@ -11,7 +11,7 @@
 // from several threads never interleave. When a category is off, `enabled()` is one relaxed
 // atomic load: test it before building an expensive message.
 //
-// Depends on: the C++20 standard library only.
+// Depends on: the C++20 standard library and fusebox/core/linkage.hpp.
 #pragma once
 
 #include <atomic>
@@ -24,6 +24,8 @@
 #include <string>
 #include <string_view>
 #include <utility>
+
+#include "fusebox/core/linkage.hpp"
 
 namespace fusebox::jit {
 
@@ -65,17 +67,7 @@ struct log_state {
   std::set<std::string, std::less<>> warned;   // unknown names already reported
   std::atomic<std::uint32_t> mask{0};
 
-  void warn_unknown(std::string_view name) {
-    std::string line;
-    {
-      std::lock_guard lock(mutex);
-      if (!warned.emplace(name).second) return;
-      line = "[fusebox] warning: FUSEBOX_LOGS: unknown category '" + std::string(name) +
-             "' ignored (known: recompiles, guards, graph_breaks, kernels, cache, output_code, "
-             "autotune, cudagraphs, rollback, all)\n";
-    }
-    emit(line);
-  }
+  void warn_unknown(std::string_view name);
 
   void emit(std::string_view line) {
     std::lock_guard lock(mutex);
@@ -86,7 +78,7 @@ struct log_state {
   }
 };
 
-inline std::uint32_t parse_logs(std::string_view list, log_state& state);
+FUSEBOX_RUNTIME_API std::uint32_t parse_logs(std::string_view list, log_state& state);
 
 inline log_state& logs() {
   // Constructed on first use (thread-safe), reading the environment once.
@@ -97,30 +89,6 @@ inline log_state& logs() {
     return s;
   }();
   return *state;
-}
-
-inline std::uint32_t parse_logs(std::string_view list, log_state& state) {
-  std::uint32_t bits = 0;
-  while (!list.empty()) {
-    const std::size_t comma = list.find(',');
-    std::string_view item = list.substr(0, comma);
-    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
-    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
-    while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
-    if (item.empty()) continue;
-    if (item == "all") {
-      bits |= all_log_bits;
-      continue;
-    }
-    bool known = false;
-    for (const auto& entry : log_names)
-      if (entry.name == item) {
-        bits |= static_cast<std::uint32_t>(entry.category);
-        known = true;
-      }
-    if (!known) state.warn_unknown(item);
-  }
-  return bits;
 }
 
 /// Reads FUSEBOX_LOGS during static initialisation of any program that includes this header:
@@ -149,7 +117,65 @@ inline void set_logs(std::string_view list) {
 }
 
 /// Turns one category on or off, leaving the others.
-inline void set_log(log_category category, bool on) {
+FUSEBOX_RUNTIME_API void set_log(log_category category, bool on);
+
+/// Where log lines go: each call receives one complete line, ending in '\n', under the log lock
+/// (so the sink needs no locking of its own and must not log). An empty function restores
+/// stderr. For tests and for programs that route diagnostics elsewhere.
+FUSEBOX_RUNTIME_API void set_log_sink(std::function<void(std::string_view)> sink);
+
+/// Writes `message` if `category` is enabled, one `[fusebox:<category>] ` prefixed line per line
+/// of the message.
+FUSEBOX_RUNTIME_API void log(log_category category, std::string_view message);
+
+/// A warning that is always shown (not gated by a category): `[fusebox] warning: ...`.
+inline void warn(std::string_view message) {
+  detail::logs().emit("[fusebox] warning: " + std::string(message) + "\n");
+}
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+namespace detail {
+
+FUSEBOX_RUNTIME_API void log_state::warn_unknown(std::string_view name) {
+  std::string line;
+  {
+    std::lock_guard lock(mutex);
+    if (!warned.emplace(name).second) return;
+    line = "[fusebox] warning: FUSEBOX_LOGS: unknown category '" + std::string(name) +
+           "' ignored (known: recompiles, guards, graph_breaks, kernels, cache, output_code, "
+           "autotune, cudagraphs, rollback, all)\n";
+  }
+  emit(line);
+}
+
+FUSEBOX_RUNTIME_API std::uint32_t parse_logs(std::string_view list, log_state& state) {
+  std::uint32_t bits = 0;
+  while (!list.empty()) {
+    const std::size_t comma = list.find(',');
+    std::string_view item = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
+    while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
+    if (item.empty()) continue;
+    if (item == "all") {
+      bits |= all_log_bits;
+      continue;
+    }
+    bool known = false;
+    for (const auto& entry : log_names)
+      if (entry.name == item) {
+        bits |= static_cast<std::uint32_t>(entry.category);
+        known = true;
+      }
+    if (!known) state.warn_unknown(item);
+  }
+  return bits;
+}
+
+}  // namespace detail
+
+FUSEBOX_RUNTIME_API void set_log(log_category category, bool on) {
   auto& mask = detail::logs().mask;
   const auto bit = static_cast<std::uint32_t>(category);
   if (on)
@@ -158,18 +184,13 @@ inline void set_log(log_category category, bool on) {
     mask.fetch_and(~bit, std::memory_order_relaxed);
 }
 
-/// Where log lines go: each call receives one complete line, ending in '\n', under the log lock
-/// (so the sink needs no locking of its own and must not log). An empty function restores
-/// stderr. For tests and for programs that route diagnostics elsewhere.
-inline void set_log_sink(std::function<void(std::string_view)> sink) {
+FUSEBOX_RUNTIME_API void set_log_sink(std::function<void(std::string_view)> sink) {
   auto& state = detail::logs();
   std::lock_guard lock(state.mutex);
   state.sink = std::move(sink);
 }
 
-/// Writes `message` if `category` is enabled, one `[fusebox:<category>] ` prefixed line per line
-/// of the message.
-inline void log(log_category category, std::string_view message) {
+FUSEBOX_RUNTIME_API void log(log_category category, std::string_view message) {
   if (!enabled(category)) return;
   const std::string prefix = "[fusebox:" + std::string(category_name(category)) + "] ";
   std::string text;
@@ -195,11 +216,7 @@ inline void log(log_category category, std::string_view message) {
     rest.remove_prefix(end);
   }
 }
-
-/// A warning that is always shown (not gated by a category): `[fusebox] warning: ...`.
-inline void warn(std::string_view message) {
-  detail::logs().emit("[fusebox] warning: " + std::string(message) + "\n");
-}
+#endif
 
 }  // namespace fusebox::jit
 

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "fusebox/core/errors.hpp"
+#include "fusebox/core/linkage.hpp"
 
 namespace fusebox::jit {
 
@@ -80,15 +81,93 @@ class unique_fd {
 };
 
 /// open(2) with O_CLOEXEC, retried on EINTR; an invalid unique_fd on failure (errno set).
-inline unique_fd open_fd(const std::filesystem::path& path, int flags, mode_t mode = 0600) {
+FUSEBOX_RUNTIME_API unique_fd open_fd(const std::filesystem::path& path, int flags, mode_t mode = 0600);
+
+FUSEBOX_RUNTIME_API void write_all(int fd, const void* data, std::size_t size,
+                                   const std::filesystem::path& path);
+
+/// Reads until end of file; throws if the file holds more than `limit` bytes (a cache file
+/// that large is not one of ours, and must not exhaust memory).
+FUSEBOX_RUNTIME_API std::string read_all(int fd, const std::filesystem::path& path, std::size_t limit);
+
+/// The whole content of a regular file (not following a final symlink).
+FUSEBOX_RUNTIME_API std::string read_file(const std::filesystem::path& path, std::size_t limit);
+
+inline void fsync_fd(int fd, const std::filesystem::path& path) {
+  while (::fsync(fd) != 0)
+    if (errno != EINTR) throw_io("cannot fsync", path);
+}
+
+/// Makes a rename or a file creation inside `dir` durable.
+FUSEBOX_RUNTIME_API void fsync_directory(const std::filesystem::path& dir);
+
+/// Writes `bytes` to a new file (O_EXCL: never through an existing file or link) and fsyncs it.
+FUSEBOX_RUNTIME_API void write_new_file(const std::filesystem::path& path, std::string_view bytes);
+
+/// The directory for scratch files: $TMPDIR if it is an absolute path, else /tmp.
+FUSEBOX_RUNTIME_API std::filesystem::path temp_root();
+
+/// "mode 0777"
+FUSEBOX_RUNTIME_API std::string mode_text(mode_t mode);
+
+/// Why a user other than root and the current one could change the file or directory `st`
+/// describes (owner, then group/other write bits), or nullopt. `sticky_ok`: a sticky directory
+/// that others may write passes (see the trust rule at the top).
+FUSEBOX_RUNTIME_API std::optional<std::string> foreign_writable(const std::filesystem::path& path,
+                                                                const struct stat& st, bool sticky_ok);
+
+/// Why the directory `dir` could be changed by another user (the trust rule at the top), or
+/// nullopt. `sticky_leaf`: `dir` itself may be a sticky directory others write (a temp root
+/// that we only create fresh private directories in); an include directory may not.
+FUSEBOX_RUNTIME_API std::optional<std::string> untrusted_directory(const std::filesystem::path& dir,
+                                                                   bool sticky_leaf = false);
+
+/// As untrusted_directory, and every file and directory below `dir` too (a header anyone may
+/// edit is as bad as a directory anyone may write). A symlink inside is checked where it leads:
+/// the target and the directories above it (and, for a directory, its tree, `depth` levels of
+/// such links at most).
+FUSEBOX_RUNTIME_API std::optional<std::string> untrusted_tree(const std::filesystem::path& dir, int depth = 8);
+
+}  // namespace detail
+
+/// A fresh private directory (mkdtemp: unique name, mode 0700), removed with everything in it
+/// when this object dies, unless release()d.
+class temp_directory {
+ public:
+  /// Creates `<parent>/<prefix>XXXXXX`.
+  explicit temp_directory(const std::filesystem::path& parent = detail::temp_root(),
+                          std::string_view prefix = "fusebox-");
+  temp_directory(temp_directory&& other) noexcept : path_(std::move(other.path_)) {
+    other.path_.clear();
+  }
+  temp_directory& operator=(temp_directory&& other) noexcept;
+  temp_directory(const temp_directory&) = delete;
+  temp_directory& operator=(const temp_directory&) = delete;
+  ~temp_directory() { remove(); }
+
+  const std::filesystem::path& path() const noexcept { return path_; }
+
+  /// Keep the directory (it was renamed elsewhere, or the caller owns it now).
+  std::filesystem::path release() noexcept { return std::exchange(path_, {}); }
+
+ private:
+  void remove() noexcept;
+
+  std::filesystem::path path_;
+};
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+namespace detail {
+
+FUSEBOX_RUNTIME_API unique_fd open_fd(const std::filesystem::path& path, int flags, mode_t mode) {
   int fd;
   do fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
   while (fd < 0 && errno == EINTR);
   return unique_fd(fd);
 }
 
-inline void write_all(int fd, const void* data, std::size_t size,
-                      const std::filesystem::path& path) {
+FUSEBOX_RUNTIME_API void write_all(int fd, const void* data, std::size_t size, const std::filesystem::path& path) {
   const auto* p = static_cast<const char*>(data);
   while (size != 0) {
     const ssize_t n = ::write(fd, p, size);
@@ -101,9 +180,7 @@ inline void write_all(int fd, const void* data, std::size_t size,
   }
 }
 
-/// Reads until end of file; throws if the file holds more than `limit` bytes (a cache file
-/// that large is not one of ours, and must not exhaust memory).
-inline std::string read_all(int fd, const std::filesystem::path& path, std::size_t limit) {
+FUSEBOX_RUNTIME_API std::string read_all(int fd, const std::filesystem::path& path, std::size_t limit) {
   std::string out;
   char buffer[1 << 16];
   for (;;) {
@@ -120,52 +197,39 @@ inline std::string read_all(int fd, const std::filesystem::path& path, std::size
   }
 }
 
-/// The whole content of a regular file (not following a final symlink).
-inline std::string read_file(const std::filesystem::path& path, std::size_t limit) {
+FUSEBOX_RUNTIME_API std::string read_file(const std::filesystem::path& path, std::size_t limit) {
   unique_fd fd = open_fd(path, O_RDONLY | O_NOFOLLOW);
   if (!fd) throw_io("cannot open", path);
   return read_all(fd.get(), path, limit);
 }
 
-inline void fsync_fd(int fd, const std::filesystem::path& path) {
-  while (::fsync(fd) != 0)
-    if (errno != EINTR) throw_io("cannot fsync", path);
-}
-
-/// Makes a rename or a file creation inside `dir` durable.
-inline void fsync_directory(const std::filesystem::path& dir) {
+FUSEBOX_RUNTIME_API void fsync_directory(const std::filesystem::path& dir) {
   unique_fd fd = open_fd(dir, O_RDONLY | O_DIRECTORY);
   if (!fd) throw_io("cannot open directory", dir);
   fsync_fd(fd.get(), dir);
 }
 
-/// Writes `bytes` to a new file (O_EXCL: never through an existing file or link) and fsyncs it.
-inline void write_new_file(const std::filesystem::path& path, std::string_view bytes) {
+FUSEBOX_RUNTIME_API void write_new_file(const std::filesystem::path& path, std::string_view bytes) {
   unique_fd fd = open_fd(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
   if (!fd) throw_io("cannot create", path);
   write_all(fd.get(), bytes.data(), bytes.size(), path);
   fsync_fd(fd.get(), path);
 }
 
-/// The directory for scratch files: $TMPDIR if it is an absolute path, else /tmp.
-inline std::filesystem::path temp_root() {
+FUSEBOX_RUNTIME_API std::filesystem::path temp_root() {
   const char* env = std::getenv("TMPDIR");
   if (env && env[0] == '/') return env;
   return "/tmp";
 }
 
-/// "mode 0777"
-inline std::string mode_text(mode_t mode) {
+FUSEBOX_RUNTIME_API std::string mode_text(mode_t mode) {
   char text[16];
   std::snprintf(text, sizeof text, "mode %04o", static_cast<unsigned>(mode & 07777));
   return text;
 }
 
-/// Why a user other than root and the current one could change the file or directory `st`
-/// describes (owner, then group/other write bits), or nullopt. `sticky_ok`: a sticky directory
-/// that others may write passes (see the trust rule at the top).
-inline std::optional<std::string> foreign_writable(const std::filesystem::path& path,
-                                                   const struct stat& st, bool sticky_ok) {
+FUSEBOX_RUNTIME_API std::optional<std::string> foreign_writable(const std::filesystem::path& path,
+                                                                const struct stat& st, bool sticky_ok) {
   if (st.st_uid != 0 && st.st_uid != ::geteuid())
     return "'" + path.string() + "' is owned by uid " + std::to_string(st.st_uid) +
            " (neither root nor the current user, uid " + std::to_string(::geteuid()) + ")";
@@ -176,11 +240,7 @@ inline std::optional<std::string> foreign_writable(const std::filesystem::path& 
   return std::nullopt;
 }
 
-/// Why the directory `dir` could be changed by another user (the trust rule at the top), or
-/// nullopt. `sticky_leaf`: `dir` itself may be a sticky directory others write (a temp root
-/// that we only create fresh private directories in); an include directory may not.
-inline std::optional<std::string> untrusted_directory(const std::filesystem::path& dir,
-                                                      bool sticky_leaf = false) {
+FUSEBOX_RUNTIME_API std::optional<std::string> untrusted_directory(const std::filesystem::path& dir, bool sticky_leaf) {
   std::error_code ec;
   const std::filesystem::path resolved = std::filesystem::canonical(dir, ec);
   if (ec) return "cannot resolve '" + dir.string() + "': " + ec.message();
@@ -196,11 +256,7 @@ inline std::optional<std::string> untrusted_directory(const std::filesystem::pat
   }
 }
 
-/// As untrusted_directory, and every file and directory below `dir` too (a header anyone may
-/// edit is as bad as a directory anyone may write). A symlink inside is checked where it leads:
-/// the target and the directories above it (and, for a directory, its tree, `depth` levels of
-/// such links at most).
-inline std::optional<std::string> untrusted_tree(const std::filesystem::path& dir, int depth = 8) {
+FUSEBOX_RUNTIME_API std::optional<std::string> untrusted_tree(const std::filesystem::path& dir, int depth) {
   if (auto why = untrusted_directory(dir)) return why;
   std::error_code ec;
   const std::filesystem::path resolved = std::filesystem::canonical(dir, ec);
@@ -233,62 +289,43 @@ inline std::optional<std::string> untrusted_tree(const std::filesystem::path& di
 
 }  // namespace detail
 
-/// A fresh private directory (mkdtemp: unique name, mode 0700), removed with everything in it
-/// when this object dies, unless release()d.
-class temp_directory {
- public:
-  /// Creates `<parent>/<prefix>XXXXXX`.
-  explicit temp_directory(const std::filesystem::path& parent = detail::temp_root(),
-                          std::string_view prefix = "fusebox-") {
-    std::string pattern = (parent / (std::string(prefix) + "XXXXXX")).string();
-    std::vector<char> buffer(pattern.begin(), pattern.end());
-    buffer.push_back('\0');
-    if (::mkdtemp(buffer.data()) == nullptr)
-      detail::throw_io("cannot create a temporary directory", pattern);
-    path_ = buffer.data();
-    // mkdtemp made it 0700 less the umask; make it exactly 0700, and check that it is the fresh
-    // directory of ours it should be before anything is written into it.
-    struct stat st {};
-    if (::chmod(path_.c_str(), 0700) != 0 || ::lstat(path_.c_str(), &st) != 0) {
-      const int err = errno;
-      remove();
-      detail::throw_io("cannot secure the temporary directory", buffer.data(), err);
-    }
-    if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
-      const std::filesystem::path bad = std::exchange(path_, {});  // not ours: never remove it
-      throw io_error("temporary directory '" + bad.string() + "' is not a private directory of "
-                     "the current user after mkdtemp; refusing to use it");
-    }
+FUSEBOX_RUNTIME_API temp_directory::temp_directory(const std::filesystem::path& parent, std::string_view prefix) {
+  std::string pattern = (parent / (std::string(prefix) + "XXXXXX")).string();
+  std::vector<char> buffer(pattern.begin(), pattern.end());
+  buffer.push_back('\0');
+  if (::mkdtemp(buffer.data()) == nullptr)
+    detail::throw_io("cannot create a temporary directory", pattern);
+  path_ = buffer.data();
+  // mkdtemp made it 0700 less the umask; make it exactly 0700, and check that it is the fresh
+  // directory of ours it should be before anything is written into it.
+  struct stat st {};
+  if (::chmod(path_.c_str(), 0700) != 0 || ::lstat(path_.c_str(), &st) != 0) {
+    const int err = errno;
+    remove();
+    detail::throw_io("cannot secure the temporary directory", buffer.data(), err);
   }
-  temp_directory(temp_directory&& other) noexcept : path_(std::move(other.path_)) {
+  if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
+    const std::filesystem::path bad = std::exchange(path_, {});  // not ours: never remove it
+    throw io_error("temporary directory '" + bad.string() + "' is not a private directory of "
+                   "the current user after mkdtemp; refusing to use it");
+  }
+}
+
+FUSEBOX_RUNTIME_API temp_directory& temp_directory::operator=(temp_directory&& other) noexcept {
+  if (this != &other) {
+    remove();
+    path_ = std::move(other.path_);
     other.path_.clear();
   }
-  temp_directory& operator=(temp_directory&& other) noexcept {
-    if (this != &other) {
-      remove();
-      path_ = std::move(other.path_);
-      other.path_.clear();
-    }
-    return *this;
-  }
-  temp_directory(const temp_directory&) = delete;
-  temp_directory& operator=(const temp_directory&) = delete;
-  ~temp_directory() { remove(); }
+  return *this;
+}
 
-  const std::filesystem::path& path() const noexcept { return path_; }
-
-  /// Keep the directory (it was renamed elsewhere, or the caller owns it now).
-  std::filesystem::path release() noexcept { return std::exchange(path_, {}); }
-
- private:
-  void remove() noexcept {
-    if (path_.empty()) return;
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-    path_.clear();
-  }
-
-  std::filesystem::path path_;
-};
+FUSEBOX_RUNTIME_API void temp_directory::remove() noexcept {
+  if (path_.empty()) return;
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
+  path_.clear();
+}
+#endif
 
 }  // namespace fusebox::jit

@@ -19,6 +19,7 @@
 #include <dlfcn.h>
 
 #include "fusebox/core/errors.hpp"
+#include "fusebox/core/linkage.hpp"
 
 namespace fusebox::jit {
 
@@ -32,29 +33,14 @@ class shared_library {
   shared_library() = default;
 
   /// Loads the file at `path` (never searched for).
-  explicit shared_library(const std::filesystem::path& path) {
-    std::string name = path.string();
-    if (name.find('/') == std::string::npos) name = "./" + name;
-    open(name);
-  }
+  explicit shared_library(const std::filesystem::path& path);
 
   /// Loads a library by name through the dynamic loader's search (LD_LIBRARY_PATH, ld.so.cache).
-  static shared_library system(const std::string& name) {
-    shared_library lib;
-    lib.open(name);
-    return lib;
-  }
+  static shared_library system(const std::string& name);
 
   shared_library(shared_library&& other) noexcept
       : handle_(std::exchange(other.handle_, nullptr)), path_(std::move(other.path_)) {}
-  shared_library& operator=(shared_library&& other) noexcept {
-    if (this != &other) {
-      close();
-      handle_ = std::exchange(other.handle_, nullptr);
-      path_ = std::move(other.path_);
-    }
-    return *this;
-  }
+  shared_library& operator=(shared_library&& other) noexcept;
   shared_library(const shared_library&) = delete;
   shared_library& operator=(const shared_library&) = delete;
   ~shared_library() { close(); }
@@ -64,15 +50,7 @@ class shared_library {
   void* native_handle() const noexcept { return handle_; }
 
   /// The address of `name`; throws load_error if the library does not define it.
-  void* symbol(const char* name) const {
-    if (!handle_) throw load_error(std::string("fusebox: dlsym '") + name + "': no library loaded");
-    ::dlerror();  // clear a stale error: a symbol may legitimately be null
-    void* address = ::dlsym(handle_, name);
-    if (const char* error = ::dlerror())
-      throw load_error("fusebox: symbol '" + std::string(name) + "' not found in '" + path_ +
-                       "': " + error);
-    return address;
-  }
+  void* symbol(const char* name) const;
 
   /// The function `name` as a pointer of type `Function*` (the caller vouches for the type).
   template <class Function>
@@ -81,14 +59,7 @@ class shared_library {
   }
 
  private:
-  void open(const std::string& name) {
-    handle_ = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    path_ = name;
-    if (!handle_) {
-      const char* error = ::dlerror();
-      throw load_error("fusebox: cannot load '" + name + "': " + (error ? error : "unknown error"));
-    }
-  }
+  void open(const std::string& name);
 
   void close() noexcept {
     if (handle_) ::dlclose(handle_);
@@ -98,5 +69,48 @@ class shared_library {
   void* handle_ = nullptr;
   std::string path_;
 };
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+FUSEBOX_RUNTIME_API shared_library::shared_library(const std::filesystem::path& path) {
+  std::string name = path.string();
+  if (name.find('/') == std::string::npos) name = "./" + name;
+  open(name);
+}
+
+FUSEBOX_RUNTIME_API shared_library shared_library::system(const std::string& name) {
+  shared_library lib;
+  lib.open(name);
+  return lib;
+}
+
+FUSEBOX_RUNTIME_API shared_library& shared_library::operator=(shared_library&& other) noexcept {
+  if (this != &other) {
+    close();
+    handle_ = std::exchange(other.handle_, nullptr);
+    path_ = std::move(other.path_);
+  }
+  return *this;
+}
+
+FUSEBOX_RUNTIME_API void* shared_library::symbol(const char* name) const {
+  if (!handle_) throw load_error(std::string("fusebox: dlsym '") + name + "': no library loaded");
+  ::dlerror();  // clear a stale error: a symbol may legitimately be null
+  void* address = ::dlsym(handle_, name);
+  if (const char* error = ::dlerror())
+    throw load_error("fusebox: symbol '" + std::string(name) + "' not found in '" + path_ +
+                     "': " + error);
+  return address;
+}
+
+FUSEBOX_RUNTIME_API void shared_library::open(const std::string& name) {
+  handle_ = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+  path_ = name;
+  if (!handle_) {
+    const char* error = ::dlerror();
+    throw load_error("fusebox: cannot load '" + name + "': " + (error ? error : "unknown error"));
+  }
+}
+#endif
 
 }  // namespace fusebox::jit

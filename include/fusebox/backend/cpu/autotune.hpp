@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "fusebox/backend/cpu/thread_pool.hpp"
+#include "fusebox/core/linkage.hpp"
 #include "fusebox/runtime/counters.hpp"
 #include "fusebox/runtime/logs.hpp"
 
@@ -120,7 +121,48 @@ inline winners& memory() {
 
 /// Median seconds of each candidate: 2 warm-up runs each, then `rounds` rounds in which every
 /// candidate runs once, so that load from other processes falls on all of them alike.
-inline std::vector<double> median_seconds(const std::vector<candidate>& cands, int rounds = 7) {
+FUSEBOX_RUNTIME_API std::vector<double> median_seconds(const std::vector<candidate>& cands, int rounds = 7);
+}  // namespace detail
+
+/// A candidate other than the default (index 0) wins only if it is this much faster: below it
+/// the difference is timing noise on a loaded machine (backend/cpu/gemm.hpp's blocking was tuned there
+/// and differences under ~10% were not resolvable; with a 3% margin, 1-thread candidates that won
+/// by 3-4% during a load spike lost 30-40% in steady state), and the default is the tested rule.
+inline constexpr double win_margin = 0.10;
+
+/// Forgets every winner held in memory (tests: a fresh process's state; fusebox::reset()).
+FUSEBOX_RUNTIME_API void forget();
+
+/// Problems with a winner in memory.
+FUSEBOX_RUNTIME_API std::size_t known();
+
+/// The index of the candidate to run for problem `id` (`n` candidates): the winner in memory,
+/// else the store's, else the fastest by timing. `text` names the problem for the store and the
+/// log, `make` builds the candidates: both only for a new problem. A problem with one candidate
+/// is not timed.
+/// choose()'s work, once for every caller (per kernel it was ~3 KB of object code; issue 22).
+FUSEBOX_RUNTIME_API std::size_t choose_among(const problem_id& id, std::size_t n,
+                                             const std::function<std::string()>& text,
+                                             const std::function<std::vector<candidate>()>& make);
+template <class Text, class Make>
+std::size_t choose(const problem_id& id, std::size_t n, Text&& text, Make&& make) {
+  if (n <= 1) return 0;
+  return choose_among(id, n, std::ref(text), std::ref(make));
+}
+
+/// What max_autotune tunes on the CPU, in words (explain()).
+inline const char* description() {
+  return "gemm: the path where another is valid (gemv or stream-B^T vs blocked), the blocked task grid, 1 thread vs "
+         "all; conv2d and its gradients: direct vs Winograd where both apply, 1 thread vs all; the static path's "
+         "rows kernels: 1 thread vs all, tasks 4x larger. Each problem's "
+         "candidates are timed once (2 warm-up runs, median of 7 interleaved rounds; the default unless another "
+         "is 10% faster)";
+}
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+namespace detail {
+FUSEBOX_RUNTIME_API std::vector<double> median_seconds(const std::vector<candidate>& cands, int rounds) {
   for (const candidate& c : cands)
     for (int w = 0; w < 2; ++w) c.run();
   std::vector<std::vector<double>> t(cands.size());
@@ -139,33 +181,21 @@ inline std::vector<double> median_seconds(const std::vector<candidate>& cands, i
 }
 }  // namespace detail
 
-/// A candidate other than the default (index 0) wins only if it is this much faster: below it
-/// the difference is timing noise on a loaded machine (backend/cpu/gemm.hpp's blocking was tuned there
-/// and differences under ~10% were not resolvable; with a 3% margin, 1-thread candidates that won
-/// by 3-4% during a load spike lost 30-40% in steady state), and the default is the tested rule.
-inline constexpr double win_margin = 0.10;
-
-/// Forgets every winner held in memory (tests: a fresh process's state; fusebox::reset()).
-inline void forget() {
+FUSEBOX_RUNTIME_API void forget() {
   auto& m = detail::memory();
   std::lock_guard lock(m.mutex);
   m.chosen.clear();
 }
 
-/// Problems with a winner in memory.
-inline std::size_t known() {
+FUSEBOX_RUNTIME_API std::size_t known() {
   auto& m = detail::memory();
   std::lock_guard lock(m.mutex);
   return m.chosen.size();
 }
 
-/// The index of the candidate to run for problem `id` (`n` candidates): the winner in memory,
-/// else the store's, else the fastest by timing. `text` names the problem for the store and the
-/// log, `make` builds the candidates: both only for a new problem. A problem with one candidate
-/// is not timed.
-/// choose()'s work, once for every caller (per kernel it was ~3 KB of object code; issue 22).
-inline std::size_t choose_among(const problem_id& id, std::size_t n, const std::function<std::string()>& text,
-                                const std::function<std::vector<candidate>()>& make) {
+FUSEBOX_RUNTIME_API std::size_t choose_among(const problem_id& id, std::size_t n,
+                                             const std::function<std::string()>& text,
+                                             const std::function<std::vector<candidate>()>& make) {
   if (n <= 1) return 0;
   auto& m = detail::memory();
   {
@@ -205,19 +235,6 @@ inline std::size_t choose_among(const problem_id& id, std::size_t n, const std::
   std::lock_guard lock(m.mutex);
   return m.chosen.emplace(id, best).first->second;
 }
-template <class Text, class Make>
-std::size_t choose(const problem_id& id, std::size_t n, Text&& text, Make&& make) {
-  if (n <= 1) return 0;
-  return choose_among(id, n, std::ref(text), std::ref(make));
-}
-
-/// What max_autotune tunes on the CPU, in words (explain()).
-inline const char* description() {
-  return "gemm: the path where another is valid (gemv or stream-B^T vs blocked), the blocked task grid, 1 thread vs "
-         "all; conv2d and its gradients: direct vs Winograd where both apply, 1 thread vs all; the static path's "
-         "rows kernels: 1 thread vs all, tasks 4x larger. Each problem's "
-         "candidates are timed once (2 warm-up runs, median of 7 interleaved rounds; the default unless another "
-         "is 10% faster)";
-}
+#endif
 
 }  // namespace fusebox::cpu::autotune

@@ -19,6 +19,7 @@
 
 #include "fusebox/backend/emitter.hpp"
 #include "fusebox/core/dtype.hpp"
+#include "fusebox/core/linkage.hpp"
 #include "fusebox/ir/graph.hpp"
 #include "fusebox/jit/kernel_abi.hpp"
 #include "fusebox/plan/planner.hpp"
@@ -333,5 +334,12 @@ rendered_kernel render_cpu_kernel(const std::array<ir::node, N>& nodes, const pl
   return render_cpu_kernel(nodes, p, k, t, unit_inner, fast_math,
                            schedule::make_schedule(nodes, p, unit_inner, schedule::cpu_caps));
 }
+
+#ifdef FUSEBOX_RUNTIME_INSTANCE  // compiled once where a program asks for it (core/linkage.hpp)
+FUSEBOX_RUNTIME_INSTANCE class detail::cpu_codegen<16>;
+FUSEBOX_RUNTIME_INSTANCE class detail::cpu_codegen<32>;
+FUSEBOX_RUNTIME_INSTANCE class detail::cpu_codegen<64>;
+FUSEBOX_RUNTIME_INSTANCE class detail::cpu_codegen<128>;
+#endif
 
 }  // namespace fusebox::jit

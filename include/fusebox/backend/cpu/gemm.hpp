@@ -85,6 +85,7 @@
 #include <fusebox/backend/cpu/autotune.hpp>
 #include <fusebox/backend/cpu/thread_pool.hpp>
 #include <fusebox/backend/cpu/vmath.hpp>  // detail::fma: fused at every -O level (xsimd 8.1 has no AVX-512 fma)
+#include <fusebox/core/linkage.hpp>
 
 #include <xsimd/xsimd.hpp>
 
@@ -994,6 +995,13 @@ gemm_choice tuned_choice(std::size_t batch, std::size_t M, std::size_t N, std::s
   });
   return cands[pick];
 }
+
+#ifdef FUSEBOX_RUNTIME_INSTANCE  // compiled once where a program asks for it (core/linkage.hpp)
+FUSEBOX_RUNTIME_INSTANCE void gemm_with<float, epilogue_ref<float>>(const gemm_choice&, std::size_t, std::size_t, std::size_t, std::size_t, matrix_view<float>, std::ptrdiff_t, matrix_view<float>, std::ptrdiff_t, float*, std::ptrdiff_t, std::ptrdiff_t, epilogue_ref<float>&, thread_pool&, std::span<std::byte>);
+FUSEBOX_RUNTIME_INSTANCE gemm_choice tuned_choice<float>(std::size_t, std::size_t, std::size_t, std::size_t, matrix_view<float>, std::ptrdiff_t, matrix_view<float>, std::ptrdiff_t, thread_pool&, std::span<std::byte>);
+FUSEBOX_RUNTIME_INSTANCE void gemm_with<double, epilogue_ref<double>>(const gemm_choice&, std::size_t, std::size_t, std::size_t, std::size_t, matrix_view<double>, std::ptrdiff_t, matrix_view<double>, std::ptrdiff_t, double*, std::ptrdiff_t, std::ptrdiff_t, epilogue_ref<double>&, thread_pool&, std::span<std::byte>);
+FUSEBOX_RUNTIME_INSTANCE gemm_choice tuned_choice<double>(std::size_t, std::size_t, std::size_t, std::size_t, matrix_view<double>, std::ptrdiff_t, matrix_view<double>, std::ptrdiff_t, thread_pool&, std::span<std::byte>);
+#endif
 
 }  // namespace detail
 

@@ -20,6 +20,7 @@
 #include "fusebox/backend/cpu/gemm.hpp"
 #include "fusebox/backend/cpu/invoke.hpp"
 #include "fusebox/backend/cpu/spatial.hpp"
+#include "fusebox/core/linkage.hpp"
 #include "fusebox/expr/custom.hpp"
 #include "fusebox/jit/kernel_abi.hpp"
 #include "fusebox/ops/layout.hpp"
@@ -323,5 +324,16 @@ struct program {
                  pool, ws);
   }
 };
+
+#ifdef FUSEBOX_RUNTIME_INSTANCE  // compiled once where a program asks for it (core/linkage.hpp)
+FUSEBOX_RUNTIME_INSTANCE struct program<float, 16>;
+FUSEBOX_RUNTIME_INSTANCE struct program<float, 32>;
+FUSEBOX_RUNTIME_INSTANCE struct program<float, 64>;
+FUSEBOX_RUNTIME_INSTANCE struct program<float, 128>;
+FUSEBOX_RUNTIME_INSTANCE struct program<double, 16>;
+FUSEBOX_RUNTIME_INSTANCE struct program<double, 32>;
+FUSEBOX_RUNTIME_INSTANCE struct program<double, 64>;
+FUSEBOX_RUNTIME_INSTANCE struct program<double, 128>;
+#endif
 
 }  // namespace fusebox::jit

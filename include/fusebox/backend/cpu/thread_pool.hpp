@@ -19,7 +19,7 @@
 //     on the calling thread, with that thread's worker index where it is the same pool.
 //   - calls from several outside threads at once are serialised (one job at a time).
 //
-// Depends on: the C++20 standard library only.
+// Depends on: the C++20 standard library, core/linkage.hpp.
 #pragma once
 
 #include <algorithm>
@@ -36,6 +36,8 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include "fusebox/core/linkage.hpp"
 
 #if defined(__x86_64__) || defined(__i386__) || defined(_M_X64) || defined(_M_IX86)
 #include <immintrin.h>
@@ -101,17 +103,7 @@ public:
 
   // `threads` counts every thread that runs tasks, the caller included: threads - 1 workers are
   // started. 0 means std::thread::hardware_concurrency().
-  explicit thread_pool(unsigned threads) {
-    if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-    size_ = threads;
-    workers_.reserve(threads - 1);
-    try {
-      for (unsigned w = 1; w < threads; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
-    } catch (...) {
-      shutdown();
-      throw;
-    }
-  }
+  explicit thread_pool(unsigned threads);
 
   ~thread_pool() { shutdown(); }
 
@@ -224,14 +216,7 @@ private:
     }
   }
 
-  void shutdown() noexcept {
-    stop_.store(true, std::memory_order_release);
-    epoch_.fetch_add(1, std::memory_order_release);
-    epoch_.notify_all();
-    for (auto& t : workers_)
-      if (t.joinable()) t.join();
-    workers_.clear();
-  }
+  void shutdown() noexcept;
 
   unsigned size_ = 1;
   std::vector<std::thread> workers_;
@@ -252,7 +237,32 @@ private:
 
 // A process-wide pool per thread count, created on first use and joined at exit.
 // 0 means std::thread::hardware_concurrency().
-inline thread_pool& shared_pool(unsigned threads) {
+FUSEBOX_RUNTIME_API thread_pool& shared_pool(unsigned threads);
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+FUSEBOX_RUNTIME_API thread_pool::thread_pool(unsigned threads) {
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  size_ = threads;
+  workers_.reserve(threads - 1);
+  try {
+    for (unsigned w = 1; w < threads; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
+  } catch (...) {
+    shutdown();
+    throw;
+  }
+}
+
+FUSEBOX_RUNTIME_API void thread_pool::shutdown() noexcept {
+  stop_.store(true, std::memory_order_release);
+  epoch_.fetch_add(1, std::memory_order_release);
+  epoch_.notify_all();
+  for (auto& t : workers_)
+    if (t.joinable()) t.join();
+  workers_.clear();
+}
+
+FUSEBOX_RUNTIME_API thread_pool& shared_pool(unsigned threads) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   static std::mutex m;
   static std::map<unsigned, std::unique_ptr<thread_pool>> pools;
@@ -261,5 +271,6 @@ inline thread_pool& shared_pool(unsigned threads) {
   if (!p) p = std::make_unique<thread_pool>(threads);
   return *p;
 }
+#endif
 
 }  // namespace fusebox::cpu

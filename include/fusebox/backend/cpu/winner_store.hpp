@@ -12,6 +12,7 @@
 #include <string>
 
 #include "fusebox/backend/cpu/autotune.hpp"
+#include "fusebox/core/linkage.hpp"
 #include "fusebox/runtime/cache_key.hpp"
 #include "fusebox/runtime/disk_cache.hpp"
 #include "fusebox/runtime/kernel_store.hpp"
@@ -27,30 +28,12 @@ class cpu_winner_store final : public cpu::autotune::store {
     return *s;
   }
 
-  std::optional<std::size_t> load(const std::string& problem, std::size_t candidates) override {
-    if (!disk_.enabled()) return std::nullopt;
-    const auto blob = disk_.lookup_blob(key_for(problem, candidates));
-    std::size_t i = 0;
-    if (!blob || std::sscanf(blob->c_str(), "%zu", &i) != 1) return std::nullopt;
-    return i;
-  }
-  void save(const std::string& problem, std::size_t candidates, std::size_t winner, const std::string& name) override {
-    if (disk_.enabled()) disk_.store_blob(key_for(problem, candidates), std::to_string(winner) + " " + name + "\n");
-  }
-  std::string where() const override {
-    return disk_.enabled() ? disk_.directory().string() : "memory only (cache disabled: " + disk_.disabled_reason() + ")";
-  }
+  std::optional<std::size_t> load(const std::string& problem, std::size_t candidates) override;
+  void save(const std::string& problem, std::size_t candidates, std::size_t winner, const std::string& name) override;
+  std::string where() const override;
 
  private:
-  static cache_key key_for(const std::string& problem, std::size_t candidates) {
-    cache_key key;
-    key.add("fusebox", version_string)
-        .add("what", "CPU max_autotune choice")
-        .add("cpu", detail::cpu_identity())
-        .add("candidates", candidates)
-        .add("problem", problem);
-    return key;
-  }
+  static cache_key key_for(const std::string& problem, std::size_t candidates);
   disk_cache disk_;
 };
 
@@ -64,5 +47,36 @@ inline cpu::autotune::store* cpu_winner_store_instance() { return &cpu_winner_st
 inline const bool cpu_winner_store_registered = (cpu::autotune::persistent_store = &cpu_winner_store_instance, true);
 #endif
 }  // namespace detail
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+FUSEBOX_RUNTIME_API std::optional<std::size_t> cpu_winner_store::load(const std::string& problem,
+                                                                     std::size_t candidates) {
+  if (!disk_.enabled()) return std::nullopt;
+  const auto blob = disk_.lookup_blob(key_for(problem, candidates));
+  std::size_t i = 0;
+  if (!blob || std::sscanf(blob->c_str(), "%zu", &i) != 1) return std::nullopt;
+  return i;
+}
+
+FUSEBOX_RUNTIME_API void cpu_winner_store::save(const std::string& problem, std::size_t candidates, std::size_t winner,
+                                                const std::string& name) {
+  if (disk_.enabled()) disk_.store_blob(key_for(problem, candidates), std::to_string(winner) + " " + name + "\n");
+}
+
+FUSEBOX_RUNTIME_API std::string cpu_winner_store::where() const {
+  return disk_.enabled() ? disk_.directory().string() : "memory only (cache disabled: " + disk_.disabled_reason() + ")";
+}
+
+FUSEBOX_RUNTIME_API cache_key cpu_winner_store::key_for(const std::string& problem, std::size_t candidates) {
+  cache_key key;
+  key.add("fusebox", version_string)
+      .add("what", "CPU max_autotune choice")
+      .add("cpu", detail::cpu_identity())
+      .add("candidates", candidates)
+      .add("problem", problem);
+  return key;
+}
+#endif
 
 }  // namespace fusebox::jit

@@ -29,6 +29,7 @@
 #include "fusebox/backend/cuda/codegen.hpp"
 #include "fusebox/backend/cuda/module.hpp"
 #include "fusebox/core/errors.hpp"
+#include "fusebox/core/linkage.hpp"
 #include "fusebox/ir/graph.hpp"
 
 namespace fusebox::jit {
@@ -51,8 +52,82 @@ inline std::size_t attention_backward_scratch_bytes(const dims& q) {
 }
 
 /// The unit of gradient node n (variant 1, 2 or 3) whose q and v are the given nodes.
-inline rendered_cuda_kernel render_cuda_attention_backward(const ir::node& n, const ir::node& q, const ir::node& v,
-                                                           dtype storage) {
+FUSEBOX_RUNTIME_API rendered_cuda_kernel render_cuda_attention_backward(const ir::node& n, const ir::node& q,
+                                                                        const ir::node& v, dtype storage);
+
+/// The parameter block of gradient node `part` (1, 2, 3) of o = attention(q, k, v) at the gradient g
+/// into `out` (its layout per part in the header comment); `stats`: the L and D scratch.
+template <class T>
+cuda_attention_backward_args attention_backward_args(int part, const strided<T>& q, const strided<T>& k,
+                                                     const strided<T>& v, const strided<T>& o, const strided<T>& g,
+                                                     const strided<T>& out, std::uint64_t stats) {
+  cuda_attention_backward_args a;
+  auto address = [](const T* x) { return reinterpret_cast<std::uint64_t>(x); };
+  a.q = address(q.data);
+  a.k = address(k.data);
+  a.v = address(v.data);
+  a.o = address(o.data);
+  a.g = address(g.data);
+  a.stats = stats;
+  for (int d = 0; d < 4; ++d) {
+    a.qs[d] = q.stride[d];
+    a.ks[d] = k.stride[d];
+    a.vs[d] = v.stride[d];
+    a.os[d] = o.stride[d];
+    a.gs[d] = g.stride[d];
+  }
+  const std::size_t E = q.shape[3];
+  if (part == 3) {  // out [B, T, 3, H, E]: dq, dk, dv at index 0, 1, 2 of dimension 2
+    const long long s4[4] = {out.stride[0], out.stride[1], out.stride[3], out.stride[4]};
+    a.dq = address(out.data);
+    a.dk = address(out.data + out.stride[2]);
+    a.dv = address(out.data + 2 * out.stride[2]);
+    for (int d = 0; d < 4; ++d) a.dqs[d] = a.dks[d] = a.dvs[d] = s4[d];
+  } else if (part == 1) {  // out: dq [B, Tq, H, E]
+    a.dq = address(out.data);
+    for (int d = 0; d < 4; ++d) a.dqs[d] = out.stride[d];
+  } else {  // out: dk | dv [B, Tk, H, E + Ev]
+    a.dk = address(out.data);
+    a.dv = address(out.data + static_cast<std::ptrdiff_t>(E) * out.stride[3]);
+    for (int d = 0; d < 4; ++d) a.dks[d] = a.dvs[d] = out.stride[d];
+  }
+  a.batch = static_cast<int>(q.shape[0]);
+  a.tq = static_cast<int>(q.shape[1]);
+  a.heads = static_cast<int>(q.shape[2]);
+  a.tk = static_cast<int>(k.shape[1]);
+  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(E)));
+  return a;
+}
+
+/// Queues gradient node `part` (attention_backward_args) on `on`: the stats kernel, then dq (parts
+/// 1, 3) and dk | dv (parts 2, 3), entries `stats`, `dq` and `dkv` of unit `rk`. `scratch`: device
+/// memory of attention_backward_scratch_bytes(q.shape) bytes.
+template <class T>
+void launch_attention_backward(const rendered_cuda_kernel& rk, cuda::CUfunction stats, cuda::CUfunction dq,
+                               cuda::CUfunction dkv, int part, const strided<T>& q, const strided<T>& k,
+                               const strided<T>& v, const strided<T>& o, const strided<T>& g, const strided<T>& out,
+                               cuda::CUdeviceptr scratch, cuda::CUstream on) {
+  cuda_attention_backward_args a =
+      attention_backward_args(part, q, k, v, o, g, out, static_cast<std::uint64_t>(scratch));
+  if (a.batch == 0 || a.heads == 0) return;
+  void* args[] = {&a};
+  cuda::dim3 block;
+  block.x = attention_backward_block_threads;
+  auto grid_of = [&](std::size_t rows) {
+    cuda::dim3 grid;
+    grid.x = static_cast<unsigned>((rows + 3) / 4);
+    return grid;
+  };
+  const std::size_t bh = q.shape[0] * q.shape[2];
+  if (a.tq > 0) cuda::launch(stats, grid_of(bh * q.shape[1]), block, 0, on, args, rk.summary + ": L and D");
+  if (part != 2 && a.tq > 0) cuda::launch(dq, grid_of(bh * q.shape[1]), block, 0, on, args, rk.summary + ": dq");
+  if (part != 1 && a.tk > 0) cuda::launch(dkv, grid_of(bh * k.shape[1]), block, 0, on, args, rk.summary + ": dk, dv");
+}
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+FUSEBOX_RUNTIME_API rendered_cuda_kernel render_cuda_attention_backward(const ir::node& n, const ir::node& q,
+                                                                        const ir::node& v, dtype storage) {
   const std::size_t e = q.desc.shape.back(0), ev = v.desc.shape.back(0);
   if (n.desc.variant < 1 || n.desc.variant > 3)
     throw invalid_argument("fusebox internal: render_cuda_attention_backward: variant " +
@@ -210,74 +285,6 @@ extern "C" __global__ void __launch_bounds__(128) fusebox_kernel_v1(fbg_args a) 
   r.source = std::move(s);
   return r;
 }
-
-/// The parameter block of gradient node `part` (1, 2, 3) of o = attention(q, k, v) at the gradient g
-/// into `out` (its layout per part in the header comment); `stats`: the L and D scratch.
-template <class T>
-cuda_attention_backward_args attention_backward_args(int part, const strided<T>& q, const strided<T>& k,
-                                                     const strided<T>& v, const strided<T>& o, const strided<T>& g,
-                                                     const strided<T>& out, std::uint64_t stats) {
-  cuda_attention_backward_args a;
-  auto address = [](const T* x) { return reinterpret_cast<std::uint64_t>(x); };
-  a.q = address(q.data);
-  a.k = address(k.data);
-  a.v = address(v.data);
-  a.o = address(o.data);
-  a.g = address(g.data);
-  a.stats = stats;
-  for (int d = 0; d < 4; ++d) {
-    a.qs[d] = q.stride[d];
-    a.ks[d] = k.stride[d];
-    a.vs[d] = v.stride[d];
-    a.os[d] = o.stride[d];
-    a.gs[d] = g.stride[d];
-  }
-  const std::size_t E = q.shape[3];
-  if (part == 3) {  // out [B, T, 3, H, E]: dq, dk, dv at index 0, 1, 2 of dimension 2
-    const long long s4[4] = {out.stride[0], out.stride[1], out.stride[3], out.stride[4]};
-    a.dq = address(out.data);
-    a.dk = address(out.data + out.stride[2]);
-    a.dv = address(out.data + 2 * out.stride[2]);
-    for (int d = 0; d < 4; ++d) a.dqs[d] = a.dks[d] = a.dvs[d] = s4[d];
-  } else if (part == 1) {  // out: dq [B, Tq, H, E]
-    a.dq = address(out.data);
-    for (int d = 0; d < 4; ++d) a.dqs[d] = out.stride[d];
-  } else {  // out: dk | dv [B, Tk, H, E + Ev]
-    a.dk = address(out.data);
-    a.dv = address(out.data + static_cast<std::ptrdiff_t>(E) * out.stride[3]);
-    for (int d = 0; d < 4; ++d) a.dks[d] = a.dvs[d] = out.stride[d];
-  }
-  a.batch = static_cast<int>(q.shape[0]);
-  a.tq = static_cast<int>(q.shape[1]);
-  a.heads = static_cast<int>(q.shape[2]);
-  a.tk = static_cast<int>(k.shape[1]);
-  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(E)));
-  return a;
-}
-
-/// Queues gradient node `part` (attention_backward_args) on `on`: the stats kernel, then dq (parts
-/// 1, 3) and dk | dv (parts 2, 3), entries `stats`, `dq` and `dkv` of unit `rk`. `scratch`: device
-/// memory of attention_backward_scratch_bytes(q.shape) bytes.
-template <class T>
-void launch_attention_backward(const rendered_cuda_kernel& rk, cuda::CUfunction stats, cuda::CUfunction dq,
-                               cuda::CUfunction dkv, int part, const strided<T>& q, const strided<T>& k,
-                               const strided<T>& v, const strided<T>& o, const strided<T>& g, const strided<T>& out,
-                               cuda::CUdeviceptr scratch, cuda::CUstream on) {
-  cuda_attention_backward_args a =
-      attention_backward_args(part, q, k, v, o, g, out, static_cast<std::uint64_t>(scratch));
-  if (a.batch == 0 || a.heads == 0) return;
-  void* args[] = {&a};
-  cuda::dim3 block;
-  block.x = attention_backward_block_threads;
-  auto grid_of = [&](std::size_t rows) {
-    cuda::dim3 grid;
-    grid.x = static_cast<unsigned>((rows + 3) / 4);
-    return grid;
-  };
-  const std::size_t bh = q.shape[0] * q.shape[2];
-  if (a.tq > 0) cuda::launch(stats, grid_of(bh * q.shape[1]), block, 0, on, args, rk.summary + ": L and D");
-  if (part != 2 && a.tq > 0) cuda::launch(dq, grid_of(bh * q.shape[1]), block, 0, on, args, rk.summary + ": dq");
-  if (part != 1 && a.tk > 0) cuda::launch(dkv, grid_of(bh * k.shape[1]), block, 0, on, args, rk.summary + ": dk, dv");
-}
+#endif
 
 }  // namespace fusebox::jit

@@ -15,7 +15,8 @@
 // (the fastest of its configurations, fusebox's kernel not timed; tests use it); unset or =auto
 // is the above. Where cuDNN cannot be loaded, refuses the problem (float32, strides, head dims)
 // or fails to build a configuration, fusebox's kernel runs, and FUSEBOX_LOGS=autotune says why.
-// Depends on: backend/cuda/cudnn_attention.hpp, backend/cuda/autotune.hpp, runtime/{disk_cache,logs}.hpp.
+// Depends on: backend/cuda/cudnn_attention.hpp, backend/cuda/autotune.hpp, core/linkage.hpp,
+// runtime/{disk_cache,logs}.hpp.
 #pragma once
 
 #include <cstdio>
@@ -32,6 +33,7 @@
 #include "fusebox/backend/cuda/autotune.hpp"
 #include "fusebox/backend/cuda/cudnn_attention.hpp"
 #include "fusebox/backend/cuda/memory.hpp"
+#include "fusebox/core/linkage.hpp"
 #include "fusebox/runtime/disk_cache.hpp"
 #include "fusebox/runtime/logs.hpp"
 
@@ -40,14 +42,7 @@ namespace fusebox::jit {
 enum class attention_policy { automatic, own, cudnn };
 
 /// FUSEBOX_ATTENTION, read on each use (tests switch it); anything else is an error naming it.
-inline attention_policy attention_policy_from_env() {
-  const char* v = std::getenv("FUSEBOX_ATTENTION");
-  const std::string_view s = v ? v : "";
-  if (s.empty() || s == "auto") return attention_policy::automatic;
-  if (s == "own") return attention_policy::own;
-  if (s == "cudnn") return attention_policy::cudnn;
-  throw invalid_argument("fusebox: FUSEBOX_ATTENTION='" + std::string(s) + "': expected auto, own or cudnn");
-}
+FUSEBOX_RUNTIME_API attention_policy attention_policy_from_env();
 
 class attention_chooser {
  public:
@@ -121,55 +116,75 @@ class attention_chooser {
   /// The fastest of fusebox's kernel (index -1, if `run_own`) and cuDNN's configurations that
   /// build; -1 if none of cuDNN's does.
   int time_all(cuda::cudnn_attention& a, cuda::CUdeviceptr q, cuda::CUdeviceptr k, cuda::CUdeviceptr v,
-               cuda::CUdeviceptr o, cuda::CUstream on, const std::function<void(int)>* run_own, const std::string& what) {
-    constexpr int warm = 2, timed = 10;
-    cuda::event start, stop;
-    auto time = [&](auto&& queue) {
-      queue(warm);
-      start.record(on);
-      queue(timed);
-      stop.record(on);
-      stop.sync();
-      return cuda::elapsed_ms(start, stop) * 1000.0f / timed;
-    };
-    std::string line = "attention " + what + ":";
-    int best = -1;
-    float best_us = -1;
-    if (run_own) {
-      best_us = time([&](int n) { (*run_own)(n); });
-      line += " fusebox's kernel " + std::to_string(best_us) + " us;";
-    }
-    for (std::size_t i = 0; i < a.candidates(); ++i) {
-      try {
-        a.use(i);
-        bool aligned = true;
-        const float us = time([&](int n) {
-          for (int r = 0; r < n; ++r) aligned = a.run(q, k, v, o, on) && aligned;
-        });
-        if (!aligned) break;  // these buffers cannot take cuDNN at all
-        line += " cuDNN #" + std::to_string(i) + " " + std::to_string(us) + " us;";
-        if (best_us < 0 || us < best_us) {
-          best_us = us;
-          best = static_cast<int>(i);
-        }
-      } catch (const fusebox::error& e) {
-        line += " cuDNN #" + std::to_string(i) + " failed (" + std::string(e.what()).substr(0, 160) + ");";
-      }
-    }
-    log(log_category::autotune, line + " chose " + (best < 0 ? std::string("fusebox's kernel") : "cuDNN #" + std::to_string(best)));
-    return best;
-  }
+               cuda::CUdeviceptr o, cuda::CUstream on, const std::function<void(int)>* run_own,
+               const std::string& what);
 
-  static cache_key key_for(const std::string& problem) {
-    cache_key key = device_choice_key("attention choice", false);
-    key.add("cudnn", static_cast<std::uint64_t>(cuda::cudnn().version)).add("problem", problem);
-    return key;
-  }
+  static cache_key key_for(const std::string& problem);
 
   std::mutex mutex_;
   std::map<std::string, std::unique_ptr<cuda::cudnn_attention>> winners_;
   disk_cache disk_;
   std::size_t timed_ = 0, from_disk_ = 0, cudnn_chosen_ = 0;
 };
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+FUSEBOX_RUNTIME_API attention_policy attention_policy_from_env() {
+  const char* v = std::getenv("FUSEBOX_ATTENTION");
+  const std::string_view s = v ? v : "";
+  if (s.empty() || s == "auto") return attention_policy::automatic;
+  if (s == "own") return attention_policy::own;
+  if (s == "cudnn") return attention_policy::cudnn;
+  throw invalid_argument("fusebox: FUSEBOX_ATTENTION='" + std::string(s) + "': expected auto, own or cudnn");
+}
+
+FUSEBOX_RUNTIME_API int attention_chooser::time_all(cuda::cudnn_attention& a, cuda::CUdeviceptr q,
+                                                    cuda::CUdeviceptr k, cuda::CUdeviceptr v, cuda::CUdeviceptr o,
+                                                    cuda::CUstream on, const std::function<void(int)>* run_own,
+                                                    const std::string& what) {
+  constexpr int warm = 2, timed = 10;
+  cuda::event start, stop;
+  auto time = [&](auto&& queue) {
+    queue(warm);
+    start.record(on);
+    queue(timed);
+    stop.record(on);
+    stop.sync();
+    return cuda::elapsed_ms(start, stop) * 1000.0f / timed;
+  };
+  std::string line = "attention " + what + ":";
+  int best = -1;
+  float best_us = -1;
+  if (run_own) {
+    best_us = time([&](int n) { (*run_own)(n); });
+    line += " fusebox's kernel " + std::to_string(best_us) + " us;";
+  }
+  for (std::size_t i = 0; i < a.candidates(); ++i) {
+    try {
+      a.use(i);
+      bool aligned = true;
+      const float us = time([&](int n) {
+        for (int r = 0; r < n; ++r) aligned = a.run(q, k, v, o, on) && aligned;
+      });
+      if (!aligned) break;  // these buffers cannot take cuDNN at all
+      line += " cuDNN #" + std::to_string(i) + " " + std::to_string(us) + " us;";
+      if (best_us < 0 || us < best_us) {
+        best_us = us;
+        best = static_cast<int>(i);
+      }
+    } catch (const fusebox::error& e) {
+      line += " cuDNN #" + std::to_string(i) + " failed (" + std::string(e.what()).substr(0, 160) + ");";
+    }
+  }
+  log(log_category::autotune, line + " chose " + (best < 0 ? std::string("fusebox's kernel") : "cuDNN #" + std::to_string(best)));
+  return best;
+}
+
+FUSEBOX_RUNTIME_API cache_key attention_chooser::key_for(const std::string& problem) {
+  cache_key key = device_choice_key("attention choice", false);
+  key.add("cudnn", static_cast<std::uint64_t>(cuda::cudnn().version)).add("problem", problem);
+  return key;
+}
+#endif
 
 }  // namespace fusebox::jit

@@ -32,6 +32,7 @@
 #include "fusebox/backend/cuda/codegen.hpp"
 #include "fusebox/backend/cuda/module.hpp"
 #include "fusebox/core/errors.hpp"
+#include "fusebox/core/linkage.hpp"
 #include "fusebox/ir/graph.hpp"
 
 namespace fusebox::jit {
@@ -53,8 +54,61 @@ inline bool attention_tensor_cores(dtype storage, std::size_t e, std::size_t ev)
   return (storage == dtype::bf16 || storage == dtype::f16) && e % 16 == 0 && ev % 8 == 0 && e <= 128 && ev <= 128;
 }
 
-inline rendered_cuda_kernel render_cuda_attention(const ir::node& n, const ir::node& q, const ir::node& v,
-                                                  dtype storage) {
+FUSEBOX_RUNTIME_API rendered_cuda_kernel render_cuda_attention(const ir::node& n, const ir::node& q, const ir::node& v,
+                                                               dtype storage);
+
+/// Whether the tensor-core entry may take this operand: unit stride along the head dim, and every
+/// row start aligned to `bytes` (q and o move pairs of 16-bit values: 4; k and v are copied to
+/// shared memory 16 bytes at a time: 16).
+template <class T>
+bool attention_rows_aligned(const strided<T>& x, std::size_t bytes) {
+  if (x.stride[3] != 1 || reinterpret_cast<std::uintptr_t>(x.data) % bytes != 0) return false;
+  for (int d = 0; d < 3; ++d)
+    if (static_cast<std::size_t>(x.stride[d]) * sizeof(T) % bytes != 0) return false;
+  return true;
+}
+
+/// Queues attention kernel `rk` (entries `tc` and `generic`) for q, k, v → o on `on`; true if it
+/// took the tensor-core entry.
+template <class T>
+bool launch_attention(const rendered_cuda_kernel& rk, cuda::CUfunction tc, cuda::CUfunction generic, const strided<T>& q,
+                      const strided<T>& k, const strided<T>& v, const strided<T>& o, cuda::CUstream on) {
+  cuda_attention_args a;
+  a.q = reinterpret_cast<std::uint64_t>(q.data);
+  a.k = reinterpret_cast<std::uint64_t>(k.data);
+  a.v = reinterpret_cast<std::uint64_t>(v.data);
+  a.o = reinterpret_cast<std::uint64_t>(o.data);
+  for (int d = 0; d < 4; ++d) {
+    a.qs[d] = q.stride[d];
+    a.ks[d] = k.stride[d];
+    a.vs[d] = v.stride[d];
+    a.os[d] = o.stride[d];
+  }
+  a.batch = static_cast<int>(q.shape[0]);
+  a.tq = static_cast<int>(q.shape[1]);
+  a.heads = static_cast<int>(q.shape[2]);
+  a.tk = static_cast<int>(k.shape[1]);
+  a.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(q.shape[3])));
+  if (a.batch == 0 || a.tq == 0 || a.heads == 0) return false;
+  void* args[] = {&a};
+  cuda::dim3 grid, block;
+  const bool tensor_cores = rk.tensor_cores && attention_rows_aligned(q, 4) && attention_rows_aligned(o, 4) &&
+                            attention_rows_aligned(k, 16) && attention_rows_aligned(v, 16);
+  block.x = attention_block_threads;
+  if (tensor_cores) {
+    grid.x = static_cast<unsigned>((q.shape[1] + attention_block_queries - 1) / attention_block_queries);
+    grid.y = static_cast<unsigned>(q.shape[0] * q.shape[2]);
+  } else {
+    grid.x = static_cast<unsigned>((q.shape[0] * q.shape[1] * q.shape[2] + 3) / 4);
+  }
+  cuda::launch(tensor_cores ? tc : generic, grid, block, 0, on, args, rk.summary);
+  return tensor_cores;
+}
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+FUSEBOX_RUNTIME_API rendered_cuda_kernel render_cuda_attention(const ir::node& n, const ir::node& q, const ir::node& v,
+                                                               dtype storage) {
   if (n.desc.variant != 0)  // the gradient kernels (expr/grad_nodes.hpp): a unit of their own
     return render_cuda_attention_backward(n, q, v, storage);
   const std::size_t e = q.desc.shape.back(0), ev = v.desc.shape.back(0);
@@ -375,53 +429,6 @@ extern "C" __global__ void __launch_bounds__(FBA_THREADS, 2) fusebox_kernel(fba_
   r.source = std::move(s);
   return r;
 }
-
-/// Whether the tensor-core entry may take this operand: unit stride along the head dim, and every
-/// row start aligned to `bytes` (q and o move pairs of 16-bit values: 4; k and v are copied to
-/// shared memory 16 bytes at a time: 16).
-template <class T>
-bool attention_rows_aligned(const strided<T>& x, std::size_t bytes) {
-  if (x.stride[3] != 1 || reinterpret_cast<std::uintptr_t>(x.data) % bytes != 0) return false;
-  for (int d = 0; d < 3; ++d)
-    if (static_cast<std::size_t>(x.stride[d]) * sizeof(T) % bytes != 0) return false;
-  return true;
-}
-
-/// Queues attention kernel `rk` (entries `tc` and `generic`) for q, k, v → o on `on`; true if it
-/// took the tensor-core entry.
-template <class T>
-bool launch_attention(const rendered_cuda_kernel& rk, cuda::CUfunction tc, cuda::CUfunction generic, const strided<T>& q,
-                      const strided<T>& k, const strided<T>& v, const strided<T>& o, cuda::CUstream on) {
-  cuda_attention_args a;
-  a.q = reinterpret_cast<std::uint64_t>(q.data);
-  a.k = reinterpret_cast<std::uint64_t>(k.data);
-  a.v = reinterpret_cast<std::uint64_t>(v.data);
-  a.o = reinterpret_cast<std::uint64_t>(o.data);
-  for (int d = 0; d < 4; ++d) {
-    a.qs[d] = q.stride[d];
-    a.ks[d] = k.stride[d];
-    a.vs[d] = v.stride[d];
-    a.os[d] = o.stride[d];
-  }
-  a.batch = static_cast<int>(q.shape[0]);
-  a.tq = static_cast<int>(q.shape[1]);
-  a.heads = static_cast<int>(q.shape[2]);
-  a.tk = static_cast<int>(k.shape[1]);
-  a.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(q.shape[3])));
-  if (a.batch == 0 || a.tq == 0 || a.heads == 0) return false;
-  void* args[] = {&a};
-  cuda::dim3 grid, block;
-  const bool tensor_cores = rk.tensor_cores && attention_rows_aligned(q, 4) && attention_rows_aligned(o, 4) &&
-                            attention_rows_aligned(k, 16) && attention_rows_aligned(v, 16);
-  block.x = attention_block_threads;
-  if (tensor_cores) {
-    grid.x = static_cast<unsigned>((q.shape[1] + attention_block_queries - 1) / attention_block_queries);
-    grid.y = static_cast<unsigned>(q.shape[0] * q.shape[2]);
-  } else {
-    grid.x = static_cast<unsigned>((q.shape[0] * q.shape[1] * q.shape[2] + 3) / 4);
-  }
-  cuda::launch(tensor_cores ? tc : generic, grid, block, 0, on, args, rk.summary);
-  return tensor_cores;
-}
+#endif
 
 }  // namespace fusebox::jit

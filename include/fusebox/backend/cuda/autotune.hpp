@@ -22,7 +22,7 @@
 // numbers. The default configuration is the first candidate, so tuning only wins or ties. A
 // kernel that writes memory it also reads (a matmul epilogue in place) is not timed: repeating
 // it would change its input.
-// Depends on: backend/cuda/{cublaslt,memory}.hpp, runtime/{cache_key,disk_cache,logs}.hpp.
+// Depends on: backend/cuda/{cublaslt,memory}.hpp, core/linkage.hpp, runtime/{cache_key,disk_cache,logs}.hpp.
 #pragma once
 
 #include <algorithm>
@@ -37,6 +37,7 @@
 
 #include "fusebox/backend/cuda/cublaslt.hpp"
 #include "fusebox/backend/cuda/memory.hpp"
+#include "fusebox/core/linkage.hpp"
 #include "fusebox/runtime/cache_key.hpp"
 #include "fusebox/runtime/disk_cache.hpp"
 #include "fusebox/runtime/logs.hpp"
@@ -46,13 +47,7 @@ namespace fusebox::jit {
 
 /// The start of every choice's cache key: what is chosen, fusebox's version and the GPU (a choice
 /// timed on one device is not another's). `cublaslt`: the choice names cuBLASLt algorithms.
-inline cache_key device_choice_key(const char* what, bool cublaslt) {
-  const cuda::device_info& dev = cuda::current_device();
-  cache_key key;
-  key.add("fusebox", version_string).add("what", what).add("gpu", dev.name).add("arch", dev.arch);
-  if (cublaslt) key.add("cublaslt", static_cast<std::uint64_t>(cuda::cublaslt().version));
-  return key;
-}
+FUSEBOX_RUNTIME_API cache_key device_choice_key(const char* what, bool cublaslt);
 
 class lt_tuner {
  public:
@@ -76,60 +71,14 @@ class lt_tuner {
 
  private:
   cuda::lt_algorithm choose(const cuda::lt_problem& p, cuda::CUdeviceptr a, cuda::CUdeviceptr b, cuda::CUdeviceptr c,
-                            cuda::CUdeviceptr bias, cuda::CUstream on, cuda::CUdeviceptr residual) {
-    const std::string problem = cuda::detail::lt_plan_key(p);
-    std::lock_guard lock(mutex_);
-    if (auto it = winners_.find(problem); it != winners_.end()) return it->second;
-    const std::vector<cuda::lt_algorithm> list = cuda::lt_algorithms(p, candidates, /*split_k=*/true);
-    if (list.empty()) throw invalid_argument("fusebox: " + cuda::detail::describe(p) + ": cuBLASLt offers no algorithm");
-    const cache_key key = key_for(problem);
-    std::size_t best = 0;
-    if (auto stored = disk_.enabled() ? disk_.lookup_blob(key) : std::nullopt;
-        stored && std::sscanf(stored->c_str(), "%zu", &best) == 1 && best < list.size()) {
-      ++from_disk_;
-      log(log_category::autotune, cuda::detail::describe(p) + ": algorithm #" + std::to_string(best) + " from the cache");
-    } else {
-      best = time_all(p, list, a, b, c, bias, on, residual);
-      ++timed_;
-      if (disk_.enabled()) disk_.store_blob(key, std::to_string(best));
-    }
-    return winners_.emplace(problem, list[best]).first->second;
-  }
+                            cuda::CUdeviceptr bias, cuda::CUstream on, cuda::CUdeviceptr residual);
 
   /// Times every candidate; returns the fastest one's index (candidates that fail are skipped).
   std::size_t time_all(const cuda::lt_problem& p, const std::vector<cuda::lt_algorithm>& list, cuda::CUdeviceptr a,
                        cuda::CUdeviceptr b, cuda::CUdeviceptr c, cuda::CUdeviceptr bias, cuda::CUstream on,
-                       cuda::CUdeviceptr residual) {
-    cuda::event start, stop;
-    std::vector<float> ms(list.size(), -1.0f);
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      try {
-        for (int w = 0; w < 2; ++w) cuda::lt_matmul(p, a, b, c, bias, on, list[i], residual);
-        start.record(on);
-        for (int r = 0; r < 5; ++r) cuda::lt_matmul(p, a, b, c, bias, on, list[i], residual);
-        stop.record(on);
-        stop.sync();
-        ms[i] = cuda::elapsed_ms(start, stop) / 5;
-      } catch (const fusebox::error&) {
-        // A candidate this workspace or these pointers cannot run: not a choice.
-      }
-    }
-    std::size_t best = 0;
-    for (std::size_t i = 0; i < ms.size(); ++i)
-      if (ms[i] >= 0 && (ms[best] < 0 || ms[i] < ms[best])) best = i;
-    if (enabled(log_category::autotune)) {
-      std::string line = cuda::detail::describe(p) + ": " + std::to_string(list.size()) + " algorithms timed (ms):";
-      for (float t : ms) line += " " + (t < 0 ? std::string("failed") : std::to_string(t));
-      log(log_category::autotune, line + "; chose #" + std::to_string(best));
-    }
-    return best;
-  }
+                       cuda::CUdeviceptr residual);
 
-  static cache_key key_for(const std::string& problem) {
-    cache_key key = device_choice_key("cuBLASLt algorithm choice", true);
-    key.add("candidates", candidates).add("split_k", 1).add("problem", problem);
-    return key;
-  }
+  static cache_key key_for(const std::string& problem);
 
   std::mutex mutex_;
   std::map<std::string, cuda::lt_algorithm> winners_;
@@ -149,44 +98,14 @@ class lt_choices {
 
   /// Queues C = A·B (+ bias, + residual) with the default choice for `p`.
   void matmul(const cuda::lt_problem& p, cuda::CUdeviceptr a, cuda::CUdeviceptr b, cuda::CUdeviceptr c,
-              cuda::CUdeviceptr bias, cuda::CUstream on, cuda::CUdeviceptr residual = 0) {
-    bool store = false;
-    if (disk_.enabled()) {
-      std::lock_guard lock(mutex_);
-      if (seen_.insert(cuda::detail::lt_plan_key(p)).second) {
-        const auto blob = disk_.lookup_blob(key_for(p));
-        cuda::lt_algorithm algo;
-        if (blob && blob->size() == record_bytes) {
-          std::memcpy(&algo.algo, blob->data(), sizeof algo.algo);
-          std::memcpy(&algo.workspace_bytes, blob->data() + sizeof algo.algo, sizeof algo.workspace_bytes);
-          cuda::lt_seed_default_algorithm(p, algo);
-          ++from_disk_;
-          log(log_category::autotune, cuda::detail::describe(p) + ": cuBLASLt's choice from the cache");
-        } else {
-          store = true;
-        }
-      }
-    }
-    cuda::lt_matmul(p, a, b, c, bias, on, std::optional<std::size_t>{}, residual);
-    if (store)
-      if (const auto algo = cuda::lt_default_algorithm(p)) {
-        std::string record(record_bytes, '\0');
-        std::memcpy(record.data(), &algo->algo, sizeof algo->algo);
-        std::memcpy(record.data() + sizeof algo->algo, &algo->workspace_bytes, sizeof algo->workspace_bytes);
-        disk_.store_blob(key_for(p), record);
-      }
-  }
+              cuda::CUdeviceptr bias, cuda::CUstream on, cuda::CUdeviceptr residual = 0);
 
   std::size_t from_disk() const { return from_disk_; }
 
  private:
   static constexpr std::size_t record_bytes = sizeof(cuda::cublasLtMatmulAlgo_t) + sizeof(std::size_t);
 
-  static cache_key key_for(const cuda::lt_problem& p) {
-    cache_key key = device_choice_key("cuBLASLt heuristic choice", true);
-    key.add("problem", cuda::detail::lt_plan_key(p));
-    return key;
-  }
+  static cache_key key_for(const cuda::lt_problem& p);
 
   std::mutex mutex_;
   std::set<std::string> seen_;
@@ -256,16 +175,123 @@ class kernel_tuner {
   std::size_t from_disk() const { return from_disk_; }
 
  private:
-  static cache_key key_for(const std::string& problem) {
-    cache_key key = device_choice_key("generated kernel launch choice", false);
-    key.add("problem", problem);
-    return key;
-  }
+  static cache_key key_for(const std::string& problem);
 
   std::mutex mutex_;
   std::map<std::string, kernel_launch> winners_;
   disk_cache disk_;
   std::size_t timed_ = 0, from_disk_ = 0;
 };
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+FUSEBOX_RUNTIME_API cache_key device_choice_key(const char* what, bool cublaslt) {
+  const cuda::device_info& dev = cuda::current_device();
+  cache_key key;
+  key.add("fusebox", version_string).add("what", what).add("gpu", dev.name).add("arch", dev.arch);
+  if (cublaslt) key.add("cublaslt", static_cast<std::uint64_t>(cuda::cublaslt().version));
+  return key;
+}
+
+FUSEBOX_RUNTIME_API cuda::lt_algorithm lt_tuner::choose(const cuda::lt_problem& p, cuda::CUdeviceptr a,
+                                                        cuda::CUdeviceptr b, cuda::CUdeviceptr c,
+                                                        cuda::CUdeviceptr bias, cuda::CUstream on,
+                                                        cuda::CUdeviceptr residual) {
+  const std::string problem = cuda::detail::lt_plan_key(p);
+  std::lock_guard lock(mutex_);
+  if (auto it = winners_.find(problem); it != winners_.end()) return it->second;
+  const std::vector<cuda::lt_algorithm> list = cuda::lt_algorithms(p, candidates, /*split_k=*/true);
+  if (list.empty()) throw invalid_argument("fusebox: " + cuda::detail::describe(p) + ": cuBLASLt offers no algorithm");
+  const cache_key key = key_for(problem);
+  std::size_t best = 0;
+  if (auto stored = disk_.enabled() ? disk_.lookup_blob(key) : std::nullopt;
+      stored && std::sscanf(stored->c_str(), "%zu", &best) == 1 && best < list.size()) {
+    ++from_disk_;
+    log(log_category::autotune, cuda::detail::describe(p) + ": algorithm #" + std::to_string(best) + " from the cache");
+  } else {
+    best = time_all(p, list, a, b, c, bias, on, residual);
+    ++timed_;
+    if (disk_.enabled()) disk_.store_blob(key, std::to_string(best));
+  }
+  return winners_.emplace(problem, list[best]).first->second;
+}
+
+FUSEBOX_RUNTIME_API std::size_t lt_tuner::time_all(const cuda::lt_problem& p,
+                                                   const std::vector<cuda::lt_algorithm>& list, cuda::CUdeviceptr a,
+                                                   cuda::CUdeviceptr b, cuda::CUdeviceptr c, cuda::CUdeviceptr bias,
+                                                   cuda::CUstream on, cuda::CUdeviceptr residual) {
+  cuda::event start, stop;
+  std::vector<float> ms(list.size(), -1.0f);
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    try {
+      for (int w = 0; w < 2; ++w) cuda::lt_matmul(p, a, b, c, bias, on, list[i], residual);
+      start.record(on);
+      for (int r = 0; r < 5; ++r) cuda::lt_matmul(p, a, b, c, bias, on, list[i], residual);
+      stop.record(on);
+      stop.sync();
+      ms[i] = cuda::elapsed_ms(start, stop) / 5;
+    } catch (const fusebox::error&) {
+      // A candidate this workspace or these pointers cannot run: not a choice.
+    }
+  }
+  std::size_t best = 0;
+  for (std::size_t i = 0; i < ms.size(); ++i)
+    if (ms[i] >= 0 && (ms[best] < 0 || ms[i] < ms[best])) best = i;
+  if (enabled(log_category::autotune)) {
+    std::string line = cuda::detail::describe(p) + ": " + std::to_string(list.size()) + " algorithms timed (ms):";
+    for (float t : ms) line += " " + (t < 0 ? std::string("failed") : std::to_string(t));
+    log(log_category::autotune, line + "; chose #" + std::to_string(best));
+  }
+  return best;
+}
+
+FUSEBOX_RUNTIME_API cache_key lt_tuner::key_for(const std::string& problem) {
+  cache_key key = device_choice_key("cuBLASLt algorithm choice", true);
+  key.add("candidates", candidates).add("split_k", 1).add("problem", problem);
+  return key;
+}
+
+FUSEBOX_RUNTIME_API void lt_choices::matmul(const cuda::lt_problem& p, cuda::CUdeviceptr a, cuda::CUdeviceptr b,
+                                            cuda::CUdeviceptr c, cuda::CUdeviceptr bias, cuda::CUstream on,
+                                            cuda::CUdeviceptr residual) {
+  bool store = false;
+  if (disk_.enabled()) {
+    std::lock_guard lock(mutex_);
+    if (seen_.insert(cuda::detail::lt_plan_key(p)).second) {
+      const auto blob = disk_.lookup_blob(key_for(p));
+      cuda::lt_algorithm algo;
+      if (blob && blob->size() == record_bytes) {
+        std::memcpy(&algo.algo, blob->data(), sizeof algo.algo);
+        std::memcpy(&algo.workspace_bytes, blob->data() + sizeof algo.algo, sizeof algo.workspace_bytes);
+        cuda::lt_seed_default_algorithm(p, algo);
+        ++from_disk_;
+        log(log_category::autotune, cuda::detail::describe(p) + ": cuBLASLt's choice from the cache");
+      } else {
+        store = true;
+      }
+    }
+  }
+  cuda::lt_matmul(p, a, b, c, bias, on, std::optional<std::size_t>{}, residual);
+  if (store)
+    if (const auto algo = cuda::lt_default_algorithm(p)) {
+      std::string record(record_bytes, '\0');
+      std::memcpy(record.data(), &algo->algo, sizeof algo->algo);
+      std::memcpy(record.data() + sizeof algo->algo, &algo->workspace_bytes, sizeof algo->workspace_bytes);
+      disk_.store_blob(key_for(p), record);
+    }
+}
+
+FUSEBOX_RUNTIME_API cache_key lt_choices::key_for(const cuda::lt_problem& p) {
+  cache_key key = device_choice_key("cuBLASLt heuristic choice", true);
+  key.add("problem", cuda::detail::lt_plan_key(p));
+  return key;
+}
+
+FUSEBOX_RUNTIME_API cache_key kernel_tuner::key_for(const std::string& problem) {
+  cache_key key = device_choice_key("generated kernel launch choice", false);
+  key.add("problem", problem);
+  return key;
+}
+#endif
 
 }  // namespace fusebox::jit

@@ -36,6 +36,7 @@
 #include "fusebox/backend/emitter.hpp"
 #include "fusebox/core/dtype.hpp"
 #include "fusebox/core/errors.hpp"
+#include "fusebox/core/linkage.hpp"
 #include "fusebox/ir/graph.hpp"
 #include "fusebox/jit/kernel_abi.hpp"
 #include "fusebox/plan/planner.hpp"
@@ -73,93 +74,10 @@ struct rendered_cuda_kernel {
 /// The device-side helpers every generated unit starts with: storage conversions for bfloat16
 /// and float16 (no CUDA headers: NVRTC compiles it as it is), 16-byte vector loads and stores,
 /// and the block reduction.
-inline const std::string& cuda_prelude() {
-  static const std::string s = R"(// fusebox CUDA prelude
-struct fb_bf16 { unsigned short bits; };
-struct fb_f16 { unsigned short bits; };
-__device__ __forceinline__ float fb_to_float(float x) { return x; }
-__device__ __forceinline__ float fb_to_float(fb_bf16 x) { return __uint_as_float(static_cast<unsigned>(x.bits) << 16); }
-__device__ __forceinline__ float fb_to_float(fb_f16 x) {
-  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits)); return f;
-}
-template <class T> __device__ __forceinline__ T fb_from_float(float x);
-template <> __device__ __forceinline__ float fb_from_float<float>(float x) { return x; }
-template <> __device__ __forceinline__ fb_bf16 fb_from_float<fb_bf16>(float x) {
-  unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x)); return fb_bf16{h};
-}
-template <> __device__ __forceinline__ fb_f16 fb_from_float<fb_f16>(float x) {
-  unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x)); return fb_f16{h};
-}
-struct __align__(16) fb_vec16 { unsigned int w[4]; };
-/// VEC consecutive elements at p as floats: 16-byte loads when VEC * sizeof(T) is a multiple of 16.
-template <int VEC, class T>
-__device__ __forceinline__ void fb_load(const T* p, float (&out)[VEC]) {
-  if constexpr (VEC * sizeof(T) % 16 == 0) {
-    constexpr int per = 16 / sizeof(T);
-#pragma unroll
-    for (int c = 0; c < VEC / per; ++c) {
-      const fb_vec16 v = *reinterpret_cast<const fb_vec16*>(p + c * per);
-      const T* e = reinterpret_cast<const T*>(&v);
-#pragma unroll
-      for (int i = 0; i < per; ++i) out[c * per + i] = fb_to_float(e[i]);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) out[i] = fb_to_float(p[i]);
-  }
-}
-template <int VEC, class T>
-__device__ __forceinline__ void fb_store(T* p, const float (&in)[VEC]) {
-  if constexpr (VEC * sizeof(T) % 16 == 0) {
-    constexpr int per = 16 / sizeof(T);
-#pragma unroll
-    for (int c = 0; c < VEC / per; ++c) {
-      fb_vec16 v;
-      T* e = reinterpret_cast<T*>(&v);
-#pragma unroll
-      for (int i = 0; i < per; ++i) e[i] = fb_from_float<T>(in[c * per + i]);
-      *reinterpret_cast<fb_vec16*>(p + c * per) = v;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) p[i] = fb_from_float<T>(in[i]);
-  }
-}
-/// Combines one value per lane across the warp; every lane gets the result.
-template <class Op>
-__device__ __forceinline__ float fb_warp_reduce(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = Op::combine(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-/// Combines one value per thread across the block; every thread gets the result. `red` holds
-/// one word per warp; the barrier on entry keeps a previous reduction's readers safe.
-template <class Op>
-__device__ __forceinline__ float fb_block_reduce(float v, float* red) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = Op::combine(v, __shfl_xor_sync(0xffffffffu, v, o));
-  const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31u, warps = (blockDim.x + 31u) >> 5;
-  __syncthreads();
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  v = lane < warps ? red[lane] : Op::identity();
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = Op::combine(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-)";
-  return s;
-}
+FUSEBOX_RUNTIME_API const std::string& cuda_prelude();
 
 /// The storage type's name in generated CUDA source.
-inline const char* cuda_storage_name(dtype t) {
-  switch (t) {
-    case dtype::f32: return "float";
-    case dtype::bf16: return "fb_bf16";
-    case dtype::f16: return "fb_f16";
-    default: throw invalid_argument(std::string("fusebox: the CUDA backend stores float32, bfloat16 or float16, not ") + name(t));
-  }
-}
+FUSEBOX_RUNTIME_API const char* cuda_storage_name(dtype t);
 
 /// Body values of generated CUDA are float scalars at element (j + v); loads, stores and op calls
 /// are spelled by the generator itself (vector loads hoisted out of the element loop).
@@ -683,11 +601,7 @@ class cuda_codegen {
 }  // namespace detail
 
 /// The CUDA back end's capabilities for a storage type (schedule/schedule.hpp).
-inline schedule::backend_caps cuda_caps_for(dtype storage) {
-  schedule::backend_caps c = schedule::cuda_caps;
-  c.rows.element_bytes = size_of(storage);
-  return c;
-}
+FUSEBOX_RUNTIME_API schedule::backend_caps cuda_caps_for(dtype storage);
 
 /// Renders kernel k of plan p as CUDA (kinds rows, reduce_cols, and matmul epilogues; the
 /// product of a matmul and other kinds run through the host side) as schedule `s` says.
@@ -703,5 +617,108 @@ rendered_cuda_kernel render_cuda_kernel(const std::array<ir::node, N>& nodes, co
                                         const std::array<bool, N>& unit_inner) {
   return render_cuda_kernel(nodes, p, k, t, unit_inner, schedule::make_schedule(nodes, p, unit_inner, cuda_caps_for(t)));
 }
+
+#ifdef FUSEBOX_RUNTIME_INSTANCE  // compiled once where a program asks for it (core/linkage.hpp)
+FUSEBOX_RUNTIME_INSTANCE class detail::cuda_codegen<16>;
+FUSEBOX_RUNTIME_INSTANCE class detail::cuda_codegen<32>;
+FUSEBOX_RUNTIME_INSTANCE class detail::cuda_codegen<64>;
+FUSEBOX_RUNTIME_INSTANCE class detail::cuda_codegen<128>;
+#endif
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+FUSEBOX_RUNTIME_API const std::string& cuda_prelude() {
+  static const std::string s = R"(// fusebox CUDA prelude
+struct fb_bf16 { unsigned short bits; };
+struct fb_f16 { unsigned short bits; };
+__device__ __forceinline__ float fb_to_float(float x) { return x; }
+__device__ __forceinline__ float fb_to_float(fb_bf16 x) { return __uint_as_float(static_cast<unsigned>(x.bits) << 16); }
+__device__ __forceinline__ float fb_to_float(fb_f16 x) {
+  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits)); return f;
+}
+template <class T> __device__ __forceinline__ T fb_from_float(float x);
+template <> __device__ __forceinline__ float fb_from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ fb_bf16 fb_from_float<fb_bf16>(float x) {
+  unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x)); return fb_bf16{h};
+}
+template <> __device__ __forceinline__ fb_f16 fb_from_float<fb_f16>(float x) {
+  unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x)); return fb_f16{h};
+}
+struct __align__(16) fb_vec16 { unsigned int w[4]; };
+/// VEC consecutive elements at p as floats: 16-byte loads when VEC * sizeof(T) is a multiple of 16.
+template <int VEC, class T>
+__device__ __forceinline__ void fb_load(const T* p, float (&out)[VEC]) {
+  if constexpr (VEC * sizeof(T) % 16 == 0) {
+    constexpr int per = 16 / sizeof(T);
+#pragma unroll
+    for (int c = 0; c < VEC / per; ++c) {
+      const fb_vec16 v = *reinterpret_cast<const fb_vec16*>(p + c * per);
+      const T* e = reinterpret_cast<const T*>(&v);
+#pragma unroll
+      for (int i = 0; i < per; ++i) out[c * per + i] = fb_to_float(e[i]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) out[i] = fb_to_float(p[i]);
+  }
+}
+template <int VEC, class T>
+__device__ __forceinline__ void fb_store(T* p, const float (&in)[VEC]) {
+  if constexpr (VEC * sizeof(T) % 16 == 0) {
+    constexpr int per = 16 / sizeof(T);
+#pragma unroll
+    for (int c = 0; c < VEC / per; ++c) {
+      fb_vec16 v;
+      T* e = reinterpret_cast<T*>(&v);
+#pragma unroll
+      for (int i = 0; i < per; ++i) e[i] = fb_from_float<T>(in[c * per + i]);
+      *reinterpret_cast<fb_vec16*>(p + c * per) = v;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) p[i] = fb_from_float<T>(in[i]);
+  }
+}
+/// Combines one value per lane across the warp; every lane gets the result.
+template <class Op>
+__device__ __forceinline__ float fb_warp_reduce(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = Op::combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+/// Combines one value per thread across the block; every thread gets the result. `red` holds
+/// one word per warp; the barrier on entry keeps a previous reduction's readers safe.
+template <class Op>
+__device__ __forceinline__ float fb_block_reduce(float v, float* red) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = Op::combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31u, warps = (blockDim.x + 31u) >> 5;
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  v = lane < warps ? red[lane] : Op::identity();
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = Op::combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+)";
+  return s;
+}
+
+FUSEBOX_RUNTIME_API const char* cuda_storage_name(dtype t) {
+  switch (t) {
+    case dtype::f32: return "float";
+    case dtype::bf16: return "fb_bf16";
+    case dtype::f16: return "fb_f16";
+    default: throw invalid_argument(std::string("fusebox: the CUDA backend stores float32, bfloat16 or float16, not ") + name(t));
+  }
+}
+
+FUSEBOX_RUNTIME_API schedule::backend_caps cuda_caps_for(dtype storage) {
+  schedule::backend_caps c = schedule::cuda_caps;
+  c.rows.element_bytes = size_of(storage);
+  return c;
+}
+#endif
 
 }  // namespace fusebox::jit

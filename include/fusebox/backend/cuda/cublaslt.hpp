@@ -46,7 +46,7 @@
 // No CUDA header is included: the types and constants below mirror cublasLt.h, cublas_api.h and
 // library_types.h (CUDA 13.0). Libraries tried: libcublasLt.so.13, .so.12, .so.
 //
-// Depends on: the C++20 standard library, fusebox/core/errors.hpp, fusebox/backend/cuda/library.hpp,
+// Depends on: the C++20 standard library, fusebox/core/{errors,linkage}.hpp, fusebox/backend/cuda/library.hpp,
 // fusebox/backend/cuda/driver.hpp, fusebox/backend/cuda/memory.hpp, fusebox/profile.hpp.
 #pragma once
 
@@ -67,6 +67,7 @@
 #include "fusebox/backend/cuda/library.hpp"
 #include "fusebox/backend/cuda/memory.hpp"
 #include "fusebox/core/errors.hpp"
+#include "fusebox/core/linkage.hpp"
 #include "fusebox/profile.hpp"
 
 struct cublasLtContext;  // cublasLt.h: typedef struct cublasLtContext* cublasLtHandle_t;
@@ -186,79 +187,18 @@ struct cublaslt_state {
   std::exception_ptr failure;
 };
 
-inline void load_cublaslt(cublaslt_state& state) {
-  state.library = open_first(
-      libcublaslt_what,
-      toolkit_library_candidates({"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"}),
-      "install cuBLAS (e.g. the libcublas package of the CUDA toolkit) and set FUSEBOX_CUDA_HOME or "
-      "CUDA_HOME to the toolkit root, or put its lib64 directory on LD_LIBRARY_PATH");
-  auto& api = state.api;
-  auto bind = [&](auto*& function, const char* symbol) {
-    resolve(state.library, function, symbol, libcublaslt_what);
-  };
-  bind(api.create, "cublasLtCreate");
-  bind(api.destroy, "cublasLtDestroy");
-  bind(api.get_version, "cublasLtGetVersion");
-  bind(api.matmul_desc_create, "cublasLtMatmulDescCreate");
-  bind(api.matmul_desc_set_attribute, "cublasLtMatmulDescSetAttribute");
-  bind(api.matmul_desc_destroy, "cublasLtMatmulDescDestroy");
-  bind(api.matrix_layout_create, "cublasLtMatrixLayoutCreate");
-  bind(api.matrix_layout_set_attribute, "cublasLtMatrixLayoutSetAttribute");
-  bind(api.matrix_layout_destroy, "cublasLtMatrixLayoutDestroy");
-  bind(api.matmul_preference_create, "cublasLtMatmulPreferenceCreate");
-  bind(api.matmul_preference_set_attribute, "cublasLtMatmulPreferenceSetAttribute");
-  bind(api.matmul_preference_destroy, "cublasLtMatmulPreferenceDestroy");
-  bind(api.matmul_algo_get_heuristic, "cublasLtMatmulAlgoGetHeuristic");
-  bind(api.matmul_algo_check, "cublasLtMatmulAlgoCheck");
-  bind(api.matmul_algo_config_set_attribute, "cublasLtMatmulAlgoConfigSetAttribute");
-  bind(api.matmul, "cublasLtMatmul");
-  // Only for messages: a library without them still works.
-  try {
-    bind(api.get_status_name, "cublasLtGetStatusName");
-    bind(api.get_status_string, "cublasLtGetStatusString");
-  } catch (const backend_unavailable&) {
-    api.get_status_name = nullptr;
-    api.get_status_string = nullptr;
-  }
-  api.version = api.get_version();
-  api.path = loaded_file(state.library, reinterpret_cast<const void*>(api.create));
-}
+FUSEBOX_RUNTIME_API void load_cublaslt(cublaslt_state& state);
 
-inline const cublaslt_state& cublaslt_once() {
-  static const cublaslt_state* state = [] {
-    auto* s = new cublaslt_state;  // never destroyed: see cuda/library.hpp
-    try {
-      load_cublaslt(*s);
-    } catch (...) {
-      s->failure = std::current_exception();
-    }
-    return s;
-  }();
-  return *state;
-}
+FUSEBOX_RUNTIME_API const cublaslt_state& cublaslt_once();
 
 }  // namespace detail
 
 /// The loaded cuBLASLt; throws backend_unavailable if it cannot be loaded.
-inline const cublaslt_api& cublaslt() {
-  const auto& state = detail::cublaslt_once();
-  if (state.failure) std::rethrow_exception(state.failure);
-  return state.api;
-}
+FUSEBOX_RUNTIME_API const cublaslt_api& cublaslt();
 
 /// Throws cublas_error unless `status` is CUBLAS_STATUS_SUCCESS, naming the call, the status
 /// and `context`.
-inline void check_cublas(cublasStatus_t status, std::string_view call, std::string_view context = {}) {
-  if (status == CUBLAS_STATUS_SUCCESS) return;
-  const auto& api = cublaslt();
-  const char* name = api.get_status_name ? api.get_status_name(status) : nullptr;
-  const char* text = api.get_status_string ? api.get_status_string(status) : nullptr;
-  std::string what = "fusebox: " + std::string(call) + " failed with " +
-                     (name ? std::string(name) : "cuBLAS status " + std::to_string(status));
-  if (text) what += " (" + std::string(text) + ")";
-  if (!context.empty()) what += ": " + std::string(context);
-  throw cublas_error(what, status);
-}
+FUSEBOX_RUNTIME_API void check_cublas(cublasStatus_t status, std::string_view call, std::string_view context = {});
 
 // --- lt_matmul ---------------------------------------------------------------------------------
 
@@ -313,7 +253,205 @@ inline constexpr std::size_t lt_workspace_bytes = std::size_t{32} << 20;
 
 namespace detail {
 
-inline std::string describe(const lt_problem& p) {
+FUSEBOX_RUNTIME_API std::string describe(const lt_problem& p);
+
+FUSEBOX_RUNTIME_API void validate(const lt_problem& p);
+
+inline std::int64_t stride_or_packed(std::int64_t stride, std::size_t rows, std::size_t cols) {
+  return stride == lt_problem::packed ? static_cast<std::int64_t>(rows * cols) : stride;
+}
+
+inline int cuda_type(lt_type t) {
+  return t == lt_type::f32 ? CUDA_R_32F : t == lt_type::f16 ? CUDA_R_16F : CUDA_R_16BF;
+}
+
+FUSEBOX_RUNTIME_API std::uint32_t epilogue_code(const lt_problem& p);
+
+/// The descriptors of one problem, destroyed together.
+struct lt_descriptors {
+  const cublaslt_api& api;
+  cublasLtMatmulDesc_t operation = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;  // cuBLASLt's A, B, D (= C)
+  cublasLtMatmulPreference_t preference = nullptr;
+
+  lt_descriptors(const cublaslt_api& lt, const lt_problem& p, const void* bias);
+  lt_descriptors(const lt_descriptors&) = delete;
+  lt_descriptors& operator=(const lt_descriptors&) = delete;
+  ~lt_descriptors();
+
+  template <class T>
+  void set(int attribute, const T& value, const std::string& what) {
+    check_cublas(api.matmul_desc_set_attribute(operation, attribute, &value, sizeof value),
+                 "cublasLtMatmulDescSetAttribute", what);
+  }
+
+  /// Creates `out` (a member, so the destructor frees it even if a later step throws).
+  void layout(cublasLtMatrixLayout_t& out, int type, std::uint64_t rows, std::uint64_t cols,
+              std::int64_t ld, std::size_t batch, std::int64_t stride, const std::string& what);
+
+  std::vector<lt_algorithm> heuristic(cublasLtHandle_t handle, int count, const lt_problem& p) const;
+
+  /// Split-K forms of `base` (K cut into `splits` parts computed side by side, then summed in
+  /// the workspace in float32, a fixed order), those cuBLASLt accepts for this problem with the
+  /// workspace fusebox gives it. The heuristic seldom proposes them for float32 on Hopper, yet a
+  /// product with few output tiles (M = 256 rows: 64 tiles of 128 x 128 for 132 SMs) leaves
+  /// most of the GPU idle without them.
+  std::vector<lt_algorithm> split_k(cublasLtHandle_t handle, const lt_algorithm& base) const;
+};
+
+/// A problem's descriptors and heuristic choice, kept for the next call of the same problem:
+/// creating descriptors and asking the heuristic costs tens of microseconds, as much as a small
+/// GEMM itself (the latency workloads call the same three problems over and over).
+struct lt_plan {
+  std::unique_ptr<lt_descriptors> descriptors;
+  lt_algorithm algorithm;
+};
+
+struct lt_state {
+  std::mutex mutex;
+  cublasLtHandle_t handle = nullptr;
+  std::map<CUstream, device_buffer> workspaces;
+  std::map<std::string, lt_plan> plans;  // by lt_plan_key
+};
+
+/// Every field of a problem that its descriptors and algorithm depend on.
+FUSEBOX_RUNTIME_API std::string lt_plan_key(const lt_problem& p);
+
+inline lt_state& lt_shared() {
+  static lt_state* state = new lt_state;  // never destroyed, like the library it uses
+  return *state;
+}
+
+/// The handle, created on first use. Call with the state's mutex held.
+FUSEBOX_RUNTIME_API cublasLtHandle_t lt_handle(lt_state& state);
+
+FUSEBOX_RUNTIME_API CUdeviceptr lt_workspace(lt_state& state, CUstream on);
+
+/// A device address as a "const void*" for cuBLASLt (which takes device pointers that way).
+inline void* as_pointer(CUdeviceptr address) {
+  return reinterpret_cast<void*>(static_cast<std::uintptr_t>(address));
+}
+
+}  // namespace detail
+
+/// Up to `count` algorithms for `problem`, best first by cuBLASLt's heuristic; with `split_k`,
+/// followed by the split-K forms of the first two that cuBLASLt accepts (max_autotune times them).
+FUSEBOX_RUNTIME_API std::vector<lt_algorithm> lt_algorithms(const lt_problem& problem, int count = 8,
+                                                            bool split_k = false);
+
+/// The algorithm the default path runs for `problem` (the heuristic's first choice), if it has
+/// been chosen in this process: what backend/cuda/autotune.hpp's lt_choices persists.
+FUSEBOX_RUNTIME_API std::optional<lt_algorithm> lt_default_algorithm(const lt_problem& problem);
+
+/// Makes `algorithm` the default path's choice for `problem` without asking the heuristic: a
+/// choice made by an earlier process with the same cuBLASLt and GPU (cublasLtMatmulAlgo_t is a
+/// plain 64-byte record, valid across processes for one library version). The first heuristic
+/// query of a process costs ~75 ms (cuBLASLt loads its tables), most of a warm start.
+FUSEBOX_RUNTIME_API void lt_seed_default_algorithm(const lt_problem& problem, const lt_algorithm& algorithm);
+
+/// Creates the handle and `on`'s workspace now: call before capturing `on` into a CUDA graph.
+FUSEBOX_RUNTIME_API void lt_prepare(CUstream on);
+
+/// Waits for `on` and frees its workspace (a later matmul on it allocates a new one). Call it
+/// before destroying a stream that ran matmuls; not while `on` is being captured.
+FUSEBOX_RUNTIME_API void lt_release(CUstream on);
+
+namespace detail {
+
+FUSEBOX_RUNTIME_API void lt_run(const lt_problem& problem, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c,
+                                CUdeviceptr bias, CUstream on, const lt_algorithm* chosen,
+                                std::optional<std::size_t> index, CUdeviceptr residual);
+
+}  // namespace detail
+
+/// Queues C = epilogue(A·B [+ R] + bias) on `on` (row-major; see the header comment). `bias` is
+/// read only when problem.bias, `residual` (R) only when problem.residual. `algorithm` indexes
+/// lt_algorithms(problem); the default is the first.
+inline void lt_matmul(const lt_problem& problem, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c,
+                      CUdeviceptr bias, CUstream on, std::optional<std::size_t> algorithm = {},
+                      CUdeviceptr residual = 0) {
+  detail::lt_run(problem, a, b, c, bias, on, nullptr, algorithm, residual);
+}
+
+/// The same with an algorithm from lt_algorithms(problem), skipping the heuristic (autotuned
+/// callers keep the winner).
+inline void lt_matmul(const lt_problem& problem, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c,
+                      CUdeviceptr bias, CUstream on, const lt_algorithm& algorithm, CUdeviceptr residual = 0) {
+  detail::lt_run(problem, a, b, c, bias, on, &algorithm, std::nullopt, residual);
+}
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+FUSEBOX_RUNTIME_API void detail::load_cublaslt(cublaslt_state& state) {
+  state.library = open_first(
+      libcublaslt_what,
+      toolkit_library_candidates({"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"}),
+      "install cuBLAS (e.g. the libcublas package of the CUDA toolkit) and set FUSEBOX_CUDA_HOME or "
+      "CUDA_HOME to the toolkit root, or put its lib64 directory on LD_LIBRARY_PATH");
+  auto& api = state.api;
+  auto bind = [&](auto*& function, const char* symbol) {
+    resolve(state.library, function, symbol, libcublaslt_what);
+  };
+  bind(api.create, "cublasLtCreate");
+  bind(api.destroy, "cublasLtDestroy");
+  bind(api.get_version, "cublasLtGetVersion");
+  bind(api.matmul_desc_create, "cublasLtMatmulDescCreate");
+  bind(api.matmul_desc_set_attribute, "cublasLtMatmulDescSetAttribute");
+  bind(api.matmul_desc_destroy, "cublasLtMatmulDescDestroy");
+  bind(api.matrix_layout_create, "cublasLtMatrixLayoutCreate");
+  bind(api.matrix_layout_set_attribute, "cublasLtMatrixLayoutSetAttribute");
+  bind(api.matrix_layout_destroy, "cublasLtMatrixLayoutDestroy");
+  bind(api.matmul_preference_create, "cublasLtMatmulPreferenceCreate");
+  bind(api.matmul_preference_set_attribute, "cublasLtMatmulPreferenceSetAttribute");
+  bind(api.matmul_preference_destroy, "cublasLtMatmulPreferenceDestroy");
+  bind(api.matmul_algo_get_heuristic, "cublasLtMatmulAlgoGetHeuristic");
+  bind(api.matmul_algo_check, "cublasLtMatmulAlgoCheck");
+  bind(api.matmul_algo_config_set_attribute, "cublasLtMatmulAlgoConfigSetAttribute");
+  bind(api.matmul, "cublasLtMatmul");
+  // Only for messages: a library without them still works.
+  try {
+    bind(api.get_status_name, "cublasLtGetStatusName");
+    bind(api.get_status_string, "cublasLtGetStatusString");
+  } catch (const backend_unavailable&) {
+    api.get_status_name = nullptr;
+    api.get_status_string = nullptr;
+  }
+  api.version = api.get_version();
+  api.path = loaded_file(state.library, reinterpret_cast<const void*>(api.create));
+}
+
+FUSEBOX_RUNTIME_API const detail::cublaslt_state& detail::cublaslt_once() {
+  static const cublaslt_state* state = [] {
+    auto* s = new cublaslt_state;  // never destroyed: see cuda/library.hpp
+    try {
+      load_cublaslt(*s);
+    } catch (...) {
+      s->failure = std::current_exception();
+    }
+    return s;
+  }();
+  return *state;
+}
+
+FUSEBOX_RUNTIME_API const cublaslt_api& cublaslt() {
+  const auto& state = detail::cublaslt_once();
+  if (state.failure) std::rethrow_exception(state.failure);
+  return state.api;
+}
+
+FUSEBOX_RUNTIME_API void check_cublas(cublasStatus_t status, std::string_view call, std::string_view context) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  const auto& api = cublaslt();
+  const char* name = api.get_status_name ? api.get_status_name(status) : nullptr;
+  const char* text = api.get_status_string ? api.get_status_string(status) : nullptr;
+  std::string what = "fusebox: " + std::string(call) + " failed with " +
+                     (name ? std::string(name) : "cuBLAS status " + std::to_string(status));
+  if (text) what += " (" + std::string(text) + ")";
+  if (!context.empty()) what += ": " + std::string(context);
+  throw cublas_error(what, status);
+}
+
+FUSEBOX_RUNTIME_API std::string detail::describe(const lt_problem& p) {
   std::string s = "lt_matmul(M=" + std::to_string(p.m) + ", N=" + std::to_string(p.n) +
                   ", K=" + std::to_string(p.k) + ", " + name(p.type);
   if (p.batch != 1) s += ", batch " + std::to_string(p.batch);
@@ -325,7 +463,7 @@ inline std::string describe(const lt_problem& p) {
   return s + ")";
 }
 
-inline void validate(const lt_problem& p) {
+FUSEBOX_RUNTIME_API void detail::validate(const lt_problem& p) {
   auto fail = [&](const std::string& why) {
     throw invalid_argument("fusebox: " + describe(p) + ": " + why);
   };
@@ -345,15 +483,7 @@ inline void validate(const lt_problem& p) {
     fail("alignment " + std::to_string(a) + " must be a power of two of at least the element size");
 }
 
-inline std::int64_t stride_or_packed(std::int64_t stride, std::size_t rows, std::size_t cols) {
-  return stride == lt_problem::packed ? static_cast<std::int64_t>(rows * cols) : stride;
-}
-
-inline int cuda_type(lt_type t) {
-  return t == lt_type::f32 ? CUDA_R_32F : t == lt_type::f16 ? CUDA_R_16F : CUDA_R_16BF;
-}
-
-inline std::uint32_t epilogue_code(const lt_problem& p) {
+FUSEBOX_RUNTIME_API std::uint32_t detail::epilogue_code(const lt_problem& p) {
   std::uint32_t code = p.epilogue == lt_epilogue::relu        ? CUBLASLT_EPILOGUE_RELU
                        : p.epilogue == lt_epilogue::gelu_tanh ? CUBLASLT_EPILOGUE_GELU
                                                               : 0;
@@ -361,145 +491,113 @@ inline std::uint32_t epilogue_code(const lt_problem& p) {
   return code ? code : CUBLASLT_EPILOGUE_DEFAULT;
 }
 
-/// The descriptors of one problem, destroyed together.
-struct lt_descriptors {
-  const cublaslt_api& api;
-  cublasLtMatmulDesc_t operation = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;  // cuBLASLt's A, B, D (= C)
-  cublasLtMatmulPreference_t preference = nullptr;
+FUSEBOX_RUNTIME_API detail::lt_descriptors::lt_descriptors(const cublaslt_api& lt, const lt_problem& p,
+                                                           const void* bias)
+    : api(lt) {
+  const std::string what = describe(p);
+  check_cublas(api.matmul_desc_create(&operation, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+               "cublasLtMatmulDescCreate", what);
+  // cuBLASLt's A is our B and its B our A; a transposed operand of ours is stored as the
+  // row-major transpose, i.e. column-major in the shape cuBLASLt then transposes.
+  set(CUBLASLT_MATMUL_DESC_TRANSA, p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, what);
+  set(CUBLASLT_MATMUL_DESC_TRANSB, p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, what);
+  set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue_code(p), what);
+  if (p.bias) set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, what);
 
-  lt_descriptors(const cublaslt_api& lt, const lt_problem& p, const void* bias) : api(lt) {
-    const std::string what = describe(p);
-    check_cublas(api.matmul_desc_create(&operation, CUBLAS_COMPUTE_32F, CUDA_R_32F),
-                 "cublasLtMatmulDescCreate", what);
-    // cuBLASLt's A is our B and its B our A; a transposed operand of ours is stored as the
-    // row-major transpose, i.e. column-major in the shape cuBLASLt then transposes.
-    set(CUBLASLT_MATMUL_DESC_TRANSA, p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, what);
-    set(CUBLASLT_MATMUL_DESC_TRANSB, p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, what);
-    set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue_code(p), what);
-    if (p.bias) set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, what);
+  const int type = cuda_type(p.type);
+  const auto n = static_cast<std::uint64_t>(p.n), m = static_cast<std::uint64_t>(p.m),
+             k = static_cast<std::uint64_t>(p.k);
+  // Column-major views of the row-major operands (header comment): B^T, A^T, C^T.
+  if (p.trans_b)  // B's memory: row-major [N, K] = column-major [K, N]
+    layout(a, type, k, n, static_cast<std::int64_t>(k), p.batch, stride_or_packed(p.stride_b, p.k, p.n),
+           what + " layout of B");
+  else
+    layout(a, type, n, k, static_cast<std::int64_t>(n), p.batch, stride_or_packed(p.stride_b, p.k, p.n),
+           what + " layout of B");
+  if (p.trans_a)  // A's memory: row-major [K, M] = column-major [M, K]
+    layout(b, type, m, k, static_cast<std::int64_t>(m), p.batch, stride_or_packed(p.stride_a, p.m, p.k),
+           what + " layout of A");
+  else
+    layout(b, type, k, m, static_cast<std::int64_t>(k), p.batch, stride_or_packed(p.stride_a, p.m, p.k),
+           what + " layout of A");
+  layout(d, type, n, m, static_cast<std::int64_t>(n), p.batch,
+         stride_or_packed(p.stride_c, p.m, p.n), what + " layout of C");
 
-    const int type = cuda_type(p.type);
-    const auto n = static_cast<std::uint64_t>(p.n), m = static_cast<std::uint64_t>(p.m),
-               k = static_cast<std::uint64_t>(p.k);
-    // Column-major views of the row-major operands (header comment): B^T, A^T, C^T.
-    if (p.trans_b)  // B's memory: row-major [N, K] = column-major [K, N]
-      layout(a, type, k, n, static_cast<std::int64_t>(k), p.batch, stride_or_packed(p.stride_b, p.k, p.n),
-             what + " layout of B");
-    else
-      layout(a, type, n, k, static_cast<std::int64_t>(n), p.batch, stride_or_packed(p.stride_b, p.k, p.n),
-             what + " layout of B");
-    if (p.trans_a)  // A's memory: row-major [K, M] = column-major [M, K]
-      layout(b, type, m, k, static_cast<std::int64_t>(m), p.batch, stride_or_packed(p.stride_a, p.m, p.k),
-             what + " layout of A");
-    else
-      layout(b, type, k, m, static_cast<std::int64_t>(k), p.batch, stride_or_packed(p.stride_a, p.m, p.k),
-             what + " layout of A");
-    layout(d, type, n, m, static_cast<std::int64_t>(n), p.batch,
-           stride_or_packed(p.stride_c, p.m, p.n), what + " layout of C");
+  check_cublas(api.matmul_preference_create(&preference), "cublasLtMatmulPreferenceCreate", what);
+  const std::uint64_t workspace = lt_workspace_bytes;
+  check_cublas(api.matmul_preference_set_attribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                   &workspace, sizeof workspace),
+               "cublasLtMatmulPreferenceSetAttribute", what + " (max workspace)");
+  for (int i = 0; i < 4; ++i)  // A, B, C, D
+    check_cublas(api.matmul_preference_set_attribute(
+                     preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i, &p.alignment,
+                     sizeof p.alignment),
+                 "cublasLtMatmulPreferenceSetAttribute", what + " (alignment)");
+}
 
-    check_cublas(api.matmul_preference_create(&preference), "cublasLtMatmulPreferenceCreate", what);
-    const std::uint64_t workspace = lt_workspace_bytes;
-    check_cublas(api.matmul_preference_set_attribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                     &workspace, sizeof workspace),
-                 "cublasLtMatmulPreferenceSetAttribute", what + " (max workspace)");
-    for (int i = 0; i < 4; ++i)  // A, B, C, D
-      check_cublas(api.matmul_preference_set_attribute(
-                       preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i, &p.alignment,
-                       sizeof p.alignment),
-                   "cublasLtMatmulPreferenceSetAttribute", what + " (alignment)");
+FUSEBOX_RUNTIME_API detail::lt_descriptors::~lt_descriptors() {
+  if (preference) api.matmul_preference_destroy(preference);
+  for (auto* layout : {a, b, d})
+    if (layout) api.matrix_layout_destroy(layout);
+  if (operation) api.matmul_desc_destroy(operation);
+}
+
+FUSEBOX_RUNTIME_API void detail::lt_descriptors::layout(cublasLtMatrixLayout_t& out, int type, std::uint64_t rows,
+                                                        std::uint64_t cols, std::int64_t ld, std::size_t batch,
+                                                        std::int64_t stride, const std::string& what) {
+  check_cublas(api.matrix_layout_create(&out, type, rows, cols, ld), "cublasLtMatrixLayoutCreate",
+               what);
+  if (batch > 1) {
+    const auto count = static_cast<std::int32_t>(batch);
+    check_cublas(api.matrix_layout_set_attribute(out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                 sizeof count),
+                 "cublasLtMatrixLayoutSetAttribute", what + " (batch count)");
+    check_cublas(api.matrix_layout_set_attribute(out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                 &stride, sizeof stride),
+                 "cublasLtMatrixLayoutSetAttribute", what + " (batch stride)");
   }
-  lt_descriptors(const lt_descriptors&) = delete;
-  lt_descriptors& operator=(const lt_descriptors&) = delete;
-  ~lt_descriptors() {
-    if (preference) api.matmul_preference_destroy(preference);
-    for (auto* layout : {a, b, d})
-      if (layout) api.matrix_layout_destroy(layout);
-    if (operation) api.matmul_desc_destroy(operation);
+}
+
+FUSEBOX_RUNTIME_API std::vector<lt_algorithm> detail::lt_descriptors::heuristic(cublasLtHandle_t handle, int count,
+                                                                                const lt_problem& p) const {
+  profile::scoped_span span("cuBLASLt heuristic", "compile");
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<std::size_t>(count));
+  int returned = 0;
+  check_cublas(api.matmul_algo_get_heuristic(handle, operation, a, b, d, d, preference, count,
+                                             results.data(), &returned),
+               "cublasLtMatmulAlgoGetHeuristic", describe(p));
+  std::vector<lt_algorithm> out;
+  for (int i = 0; i < returned; ++i)
+    if (results[static_cast<std::size_t>(i)].state == CUBLAS_STATUS_SUCCESS)
+      out.push_back({results[static_cast<std::size_t>(i)].algo,
+                     results[static_cast<std::size_t>(i)].workspaceSize,
+                     results[static_cast<std::size_t>(i)].wavesCount});
+  if (out.empty())
+    throw cublas_error("fusebox: cuBLASLt has no algorithm for " + describe(p) + " with " +
+                           std::to_string(p.alignment) + "-byte aligned pointers and a " +
+                           std::to_string(lt_workspace_bytes >> 20) + " MiB workspace",
+                       15 /* CUBLAS_STATUS_NOT_SUPPORTED */);
+  return out;
+}
+
+FUSEBOX_RUNTIME_API std::vector<lt_algorithm> detail::lt_descriptors::split_k(cublasLtHandle_t handle,
+                                                                              const lt_algorithm& base) const {
+  std::vector<lt_algorithm> out;
+  for (std::int32_t splits : {2, 3, 4, 8}) {
+    cublasLtMatmulAlgo_t algo = base.algo;
+    const std::uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    if (api.matmul_algo_config_set_attribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof splits) != 0 ||
+        api.matmul_algo_config_set_attribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof scheme) != 0)
+      continue;
+    cublasLtMatmulHeuristicResult_t r{};
+    if (api.matmul_algo_check(handle, operation, a, b, d, d, &algo, &r) != 0) continue;
+    if (r.workspaceSize > lt_workspace_bytes) continue;
+    out.push_back({algo, r.workspaceSize, r.wavesCount});
   }
+  return out;
+}
 
-  template <class T>
-  void set(int attribute, const T& value, const std::string& what) {
-    check_cublas(api.matmul_desc_set_attribute(operation, attribute, &value, sizeof value),
-                 "cublasLtMatmulDescSetAttribute", what);
-  }
-
-  /// Creates `out` (a member, so the destructor frees it even if a later step throws).
-  void layout(cublasLtMatrixLayout_t& out, int type, std::uint64_t rows, std::uint64_t cols,
-              std::int64_t ld, std::size_t batch, std::int64_t stride, const std::string& what) {
-    check_cublas(api.matrix_layout_create(&out, type, rows, cols, ld), "cublasLtMatrixLayoutCreate",
-                 what);
-    if (batch > 1) {
-      const auto count = static_cast<std::int32_t>(batch);
-      check_cublas(api.matrix_layout_set_attribute(out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
-                                                   sizeof count),
-                   "cublasLtMatrixLayoutSetAttribute", what + " (batch count)");
-      check_cublas(api.matrix_layout_set_attribute(out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                                                   &stride, sizeof stride),
-                   "cublasLtMatrixLayoutSetAttribute", what + " (batch stride)");
-    }
-  }
-
-  std::vector<lt_algorithm> heuristic(cublasLtHandle_t handle, int count, const lt_problem& p) const {
-    profile::scoped_span span("cuBLASLt heuristic", "compile");
-    std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<std::size_t>(count));
-    int returned = 0;
-    check_cublas(api.matmul_algo_get_heuristic(handle, operation, a, b, d, d, preference, count,
-                                               results.data(), &returned),
-                 "cublasLtMatmulAlgoGetHeuristic", describe(p));
-    std::vector<lt_algorithm> out;
-    for (int i = 0; i < returned; ++i)
-      if (results[static_cast<std::size_t>(i)].state == CUBLAS_STATUS_SUCCESS)
-        out.push_back({results[static_cast<std::size_t>(i)].algo,
-                       results[static_cast<std::size_t>(i)].workspaceSize,
-                       results[static_cast<std::size_t>(i)].wavesCount});
-    if (out.empty())
-      throw cublas_error("fusebox: cuBLASLt has no algorithm for " + describe(p) + " with " +
-                             std::to_string(p.alignment) + "-byte aligned pointers and a " +
-                             std::to_string(lt_workspace_bytes >> 20) + " MiB workspace",
-                         15 /* CUBLAS_STATUS_NOT_SUPPORTED */);
-    return out;
-  }
-
-  /// Split-K forms of `base` (K cut into `splits` parts computed side by side, then summed in
-  /// the workspace in float32, a fixed order), those cuBLASLt accepts for this problem with the
-  /// workspace fusebox gives it. The heuristic seldom proposes them for float32 on Hopper, yet a
-  /// product with few output tiles (M = 256 rows: 64 tiles of 128 x 128 for 132 SMs) leaves
-  /// most of the GPU idle without them.
-  std::vector<lt_algorithm> split_k(cublasLtHandle_t handle, const lt_algorithm& base) const {
-    std::vector<lt_algorithm> out;
-    for (std::int32_t splits : {2, 3, 4, 8}) {
-      cublasLtMatmulAlgo_t algo = base.algo;
-      const std::uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-      if (api.matmul_algo_config_set_attribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof splits) != 0 ||
-          api.matmul_algo_config_set_attribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof scheme) != 0)
-        continue;
-      cublasLtMatmulHeuristicResult_t r{};
-      if (api.matmul_algo_check(handle, operation, a, b, d, d, &algo, &r) != 0) continue;
-      if (r.workspaceSize > lt_workspace_bytes) continue;
-      out.push_back({algo, r.workspaceSize, r.wavesCount});
-    }
-    return out;
-  }
-};
-
-/// A problem's descriptors and heuristic choice, kept for the next call of the same problem:
-/// creating descriptors and asking the heuristic costs tens of microseconds, as much as a small
-/// GEMM itself (the latency workloads call the same three problems over and over).
-struct lt_plan {
-  std::unique_ptr<lt_descriptors> descriptors;
-  lt_algorithm algorithm;
-};
-
-struct lt_state {
-  std::mutex mutex;
-  cublasLtHandle_t handle = nullptr;
-  std::map<CUstream, device_buffer> workspaces;
-  std::map<std::string, lt_plan> plans;  // by lt_plan_key
-};
-
-/// Every field of a problem that its descriptors and algorithm depend on.
-inline std::string lt_plan_key(const lt_problem& p) {
+FUSEBOX_RUNTIME_API std::string detail::lt_plan_key(const lt_problem& p) {
   std::string k;
   for (const auto v : {static_cast<std::int64_t>(p.m), static_cast<std::int64_t>(p.n), static_cast<std::int64_t>(p.k),
                        static_cast<std::int64_t>(p.type), static_cast<std::int64_t>(p.bias),
@@ -510,13 +608,7 @@ inline std::string lt_plan_key(const lt_problem& p) {
   return k;
 }
 
-inline lt_state& lt_shared() {
-  static lt_state* state = new lt_state;  // never destroyed, like the library it uses
-  return *state;
-}
-
-/// The handle, created on first use. Call with the state's mutex held.
-inline cublasLtHandle_t lt_handle(lt_state& state) {
+FUSEBOX_RUNTIME_API cublasLtHandle_t detail::lt_handle(lt_state& state) {
   if (!state.handle) {
     current_device();  // cuBLASLt runs in the primary context, which must be current
     check_cublas(cublaslt().create(&state.handle), "cublasLtCreate");
@@ -524,22 +616,13 @@ inline cublasLtHandle_t lt_handle(lt_state& state) {
   return state.handle;
 }
 
-inline CUdeviceptr lt_workspace(lt_state& state, CUstream on) {
+FUSEBOX_RUNTIME_API CUdeviceptr detail::lt_workspace(lt_state& state, CUstream on) {
   auto& buffer = state.workspaces[on];
   buffer.ensure(lt_workspace_bytes);
   return buffer.get();
 }
 
-/// A device address as a "const void*" for cuBLASLt (which takes device pointers that way).
-inline void* as_pointer(CUdeviceptr address) {
-  return reinterpret_cast<void*>(static_cast<std::uintptr_t>(address));
-}
-
-}  // namespace detail
-
-/// Up to `count` algorithms for `problem`, best first by cuBLASLt's heuristic; with `split_k`,
-/// followed by the split-K forms of the first two that cuBLASLt accepts (max_autotune times them).
-inline std::vector<lt_algorithm> lt_algorithms(const lt_problem& problem, int count = 8, bool split_k = false) {
+FUSEBOX_RUNTIME_API std::vector<lt_algorithm> lt_algorithms(const lt_problem& problem, int count, bool split_k) {
   detail::validate(problem);
   if (count < 1) throw invalid_argument("fusebox: lt_algorithms: count must be positive");
   const auto& api = cublaslt();
@@ -558,9 +641,7 @@ inline std::vector<lt_algorithm> lt_algorithms(const lt_problem& problem, int co
   return list;
 }
 
-/// The algorithm the default path runs for `problem` (the heuristic's first choice), if it has
-/// been chosen in this process: what backend/cuda/autotune.hpp's lt_choices persists.
-inline std::optional<lt_algorithm> lt_default_algorithm(const lt_problem& problem) {
+FUSEBOX_RUNTIME_API std::optional<lt_algorithm> lt_default_algorithm(const lt_problem& problem) {
   auto& state = detail::lt_shared();
   std::lock_guard lock(state.mutex);
   auto it = state.plans.find(detail::lt_plan_key(problem));
@@ -568,11 +649,7 @@ inline std::optional<lt_algorithm> lt_default_algorithm(const lt_problem& proble
   return it->second.algorithm;
 }
 
-/// Makes `algorithm` the default path's choice for `problem` without asking the heuristic: a
-/// choice made by an earlier process with the same cuBLASLt and GPU (cublasLtMatmulAlgo_t is a
-/// plain 64-byte record, valid across processes for one library version). The first heuristic
-/// query of a process costs ~75 ms (cuBLASLt loads its tables), most of a warm start.
-inline void lt_seed_default_algorithm(const lt_problem& problem, const lt_algorithm& algorithm) {
+FUSEBOX_RUNTIME_API void lt_seed_default_algorithm(const lt_problem& problem, const lt_algorithm& algorithm) {
   detail::validate(problem);
   const auto& api = cublaslt();
   auto& state = detail::lt_shared();
@@ -584,8 +661,7 @@ inline void lt_seed_default_algorithm(const lt_problem& problem, const lt_algori
   state.plans.emplace(detail::lt_plan_key(problem), std::move(plan));
 }
 
-/// Creates the handle and `on`'s workspace now: call before capturing `on` into a CUDA graph.
-inline void lt_prepare(CUstream on) {
+FUSEBOX_RUNTIME_API void lt_prepare(CUstream on) {
   cublaslt();
   auto& state = detail::lt_shared();
   std::lock_guard lock(state.mutex);
@@ -593,9 +669,7 @@ inline void lt_prepare(CUstream on) {
   detail::lt_workspace(state, on);
 }
 
-/// Waits for `on` and frees its workspace (a later matmul on it allocates a new one). Call it
-/// before destroying a stream that ran matmuls; not while `on` is being captured.
-inline void lt_release(CUstream on) {
+FUSEBOX_RUNTIME_API void lt_release(CUstream on) {
   auto& state = detail::lt_shared();
   std::lock_guard lock(state.mutex);
   const auto it = state.workspaces.find(on);
@@ -606,11 +680,9 @@ inline void lt_release(CUstream on) {
   state.workspaces.erase(it);
 }
 
-namespace detail {
-
-inline void lt_run(const lt_problem& problem, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c,
-                   CUdeviceptr bias, CUstream on, const lt_algorithm* chosen,
-                   std::optional<std::size_t> index, CUdeviceptr residual) {
+FUSEBOX_RUNTIME_API void detail::lt_run(const lt_problem& problem, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c,
+                                        CUdeviceptr bias, CUstream on, const lt_algorithm* chosen,
+                                        std::optional<std::size_t> index, CUdeviceptr residual) {
   validate(problem);
   struct operand {
     const char* which;
@@ -684,23 +756,6 @@ inline void lt_run(const lt_problem& problem, CUdeviceptr a, CUdeviceptr b, CUde
                           lt_workspace_bytes, on),
                "cublasLtMatmul", describe(problem));
 }
-
-}  // namespace detail
-
-/// Queues C = epilogue(A·B [+ R] + bias) on `on` (row-major; see the header comment). `bias` is
-/// read only when problem.bias, `residual` (R) only when problem.residual. `algorithm` indexes
-/// lt_algorithms(problem); the default is the first.
-inline void lt_matmul(const lt_problem& problem, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c,
-                      CUdeviceptr bias, CUstream on, std::optional<std::size_t> algorithm = {},
-                      CUdeviceptr residual = 0) {
-  detail::lt_run(problem, a, b, c, bias, on, nullptr, algorithm, residual);
-}
-
-/// The same with an algorithm from lt_algorithms(problem), skipping the heuristic (autotuned
-/// callers keep the winner).
-inline void lt_matmul(const lt_problem& problem, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c,
-                      CUdeviceptr bias, CUstream on, const lt_algorithm& algorithm, CUdeviceptr residual = 0) {
-  detail::lt_run(problem, a, b, c, bias, on, &algorithm, std::nullopt, residual);
-}
+#endif
 
 }  // namespace fusebox::cuda

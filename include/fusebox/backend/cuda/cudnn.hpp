@@ -15,7 +15,7 @@
 // State: one handle per process, made on first use (it loads cuDNN's sub-libraries: ~0.1 s) and
 // never destroyed (see backend/cuda/library.hpp); cudnnSetStream and the execution share a mutex.
 //
-// Depends on: the C++20 standard library, fusebox/core/errors.hpp, fusebox/backend/cuda/library.hpp,
+// Depends on: the C++20 standard library, fusebox/core/{errors,linkage}.hpp, fusebox/backend/cuda/library.hpp,
 // fusebox/backend/cuda/driver.hpp.
 #pragma once
 
@@ -31,6 +31,7 @@
 #include "fusebox/backend/cuda/driver.hpp"
 #include "fusebox/backend/cuda/library.hpp"
 #include "fusebox/core/errors.hpp"
+#include "fusebox/core/linkage.hpp"
 
 struct cudnnContext;  // cudnn_graph.h: typedef struct cudnnContext* cudnnHandle_t;
 
@@ -120,63 +121,17 @@ struct cudnn_state {
   std::exception_ptr failure;
 };
 
-inline void load_cudnn(cudnn_state& state) {
-  state.library = open_first(libcudnn_what, toolkit_library_candidates({"libcudnn.so.9"}),
-                             "install cuDNN 9 (NVIDIA's cudnn9-cuda-13 package, or the toolkit's) or put its "
-                             "directory on LD_LIBRARY_PATH");
-  auto& api = state.api;
-  auto bind = [&](auto*& function, const char* symbol) { resolve(state.library, function, symbol, libcudnn_what); };
-  bind(api.get_version, "cudnnGetVersion");
-  bind(api.get_error_string, "cudnnGetErrorString");
-  bind(api.get_last_error_string, "cudnnGetLastErrorString");
-  bind(api.create, "cudnnCreate");
-  bind(api.set_stream, "cudnnSetStream");
-  bind(api.create_descriptor, "cudnnBackendCreateDescriptor");
-  bind(api.destroy_descriptor, "cudnnBackendDestroyDescriptor");
-  bind(api.finalize, "cudnnBackendFinalize");
-  bind(api.set_attribute, "cudnnBackendSetAttribute");
-  bind(api.get_attribute, "cudnnBackendGetAttribute");
-  bind(api.execute, "cudnnBackendExecute");
-  api.version = api.get_version();
-  if (api.version < 90000)
-    throw backend_unavailable("cuDNN", "the libcudnn at '" + loaded_file(state.library, reinterpret_cast<const void*>(api.create)) +
-                                           "' is version " + std::to_string(api.version) + ", older than 9.0",
-                              "install cuDNN 9");
-  api.path = loaded_file(state.library, reinterpret_cast<const void*>(api.create));
-}
+FUSEBOX_RUNTIME_API void load_cudnn(cudnn_state& state);
 
-inline const cudnn_state& cudnn_once() {
-  static const cudnn_state* state = [] {
-    auto* s = new cudnn_state;  // never destroyed: see cuda/library.hpp
-    try {
-      load_cudnn(*s);
-    } catch (...) {
-      s->failure = std::current_exception();
-    }
-    return s;
-  }();
-  return *state;
-}
+FUSEBOX_RUNTIME_API const cudnn_state& cudnn_once();
 
 }  // namespace detail
 
 /// The loaded cuDNN; throws backend_unavailable if it cannot be loaded.
-inline const cudnn_api& cudnn() {
-  const auto& state = detail::cudnn_once();
-  if (state.failure) std::rethrow_exception(state.failure);
-  return state.api;
-}
+FUSEBOX_RUNTIME_API const cudnn_api& cudnn();
 
 /// Throws cudnn_error for a failed call, with the call's name and cuDNN's last error message.
-inline void cudnn_check(cudnnStatus_t status, std::string_view call) {
-  if (status == CUDNN_STATUS_SUCCESS) return;
-  const cudnn_api& api = cudnn();
-  char message[1024] = {};
-  api.get_last_error_string(message, sizeof message);
-  throw cudnn_error("fusebox: " + std::string(call) + " failed: " + api.get_error_string(status) +
-                        (message[0] ? std::string(" (") + message + ")" : std::string()),
-                    status);
-}
+FUSEBOX_RUNTIME_API void cudnn_check(cudnnStatus_t status, std::string_view call);
 
 /// The process's cuDNN handle on the current device, and the mutex that serialises its use
 /// (cudnnSetStream then cudnnBackendExecute must not interleave between threads).
@@ -184,15 +139,7 @@ struct cudnn_context {
   cudnnHandle_t handle = nullptr;
   std::mutex mutex;
 };
-inline cudnn_context& cudnn_handle() {
-  static cudnn_context* context = [] {
-    current_device();  // the primary context, current on this thread: cuDNN's runtime uses it too
-    auto* c = new cudnn_context;  // never destroyed, like cuBLASLt's handle
-    cudnn_check(cudnn().create(&c->handle), "cudnnCreate");
-    return c;
-  }();
-  return *context;
-}
+FUSEBOX_RUNTIME_API cudnn_context& cudnn_handle();
 
 /// An owned backend descriptor.
 class cudnn_descriptor {
@@ -200,13 +147,7 @@ class cudnn_descriptor {
   cudnn_descriptor() = default;
   explicit cudnn_descriptor(int type) { cudnn_check(cudnn().create_descriptor(type, &d_), "cudnnBackendCreateDescriptor"); }
   cudnn_descriptor(cudnn_descriptor&& o) noexcept : d_(std::exchange(o.d_, nullptr)) {}
-  cudnn_descriptor& operator=(cudnn_descriptor&& o) noexcept {
-    if (this != &o) {
-      reset();
-      d_ = std::exchange(o.d_, nullptr);
-    }
-    return *this;
-  }
+  cudnn_descriptor& operator=(cudnn_descriptor&& o) noexcept;
   cudnn_descriptor(const cudnn_descriptor&) = delete;
   cudnn_descriptor& operator=(const cudnn_descriptor&) = delete;
   ~cudnn_descriptor() { reset(); }
@@ -237,5 +178,80 @@ class cudnn_descriptor {
   }
   cudnnBackendDescriptor_t d_ = nullptr;
 };
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+FUSEBOX_RUNTIME_API void detail::load_cudnn(cudnn_state& state) {
+  state.library = open_first(libcudnn_what, toolkit_library_candidates({"libcudnn.so.9"}),
+                             "install cuDNN 9 (NVIDIA's cudnn9-cuda-13 package, or the toolkit's) or put its "
+                             "directory on LD_LIBRARY_PATH");
+  auto& api = state.api;
+  auto bind = [&](auto*& function, const char* symbol) { resolve(state.library, function, symbol, libcudnn_what); };
+  bind(api.get_version, "cudnnGetVersion");
+  bind(api.get_error_string, "cudnnGetErrorString");
+  bind(api.get_last_error_string, "cudnnGetLastErrorString");
+  bind(api.create, "cudnnCreate");
+  bind(api.set_stream, "cudnnSetStream");
+  bind(api.create_descriptor, "cudnnBackendCreateDescriptor");
+  bind(api.destroy_descriptor, "cudnnBackendDestroyDescriptor");
+  bind(api.finalize, "cudnnBackendFinalize");
+  bind(api.set_attribute, "cudnnBackendSetAttribute");
+  bind(api.get_attribute, "cudnnBackendGetAttribute");
+  bind(api.execute, "cudnnBackendExecute");
+  api.version = api.get_version();
+  if (api.version < 90000)
+    throw backend_unavailable("cuDNN", "the libcudnn at '" + loaded_file(state.library, reinterpret_cast<const void*>(api.create)) +
+                                           "' is version " + std::to_string(api.version) + ", older than 9.0",
+                              "install cuDNN 9");
+  api.path = loaded_file(state.library, reinterpret_cast<const void*>(api.create));
+}
+
+FUSEBOX_RUNTIME_API const detail::cudnn_state& detail::cudnn_once() {
+  static const cudnn_state* state = [] {
+    auto* s = new cudnn_state;  // never destroyed: see cuda/library.hpp
+    try {
+      load_cudnn(*s);
+    } catch (...) {
+      s->failure = std::current_exception();
+    }
+    return s;
+  }();
+  return *state;
+}
+
+FUSEBOX_RUNTIME_API const cudnn_api& cudnn() {
+  const auto& state = detail::cudnn_once();
+  if (state.failure) std::rethrow_exception(state.failure);
+  return state.api;
+}
+
+FUSEBOX_RUNTIME_API void cudnn_check(cudnnStatus_t status, std::string_view call) {
+  if (status == CUDNN_STATUS_SUCCESS) return;
+  const cudnn_api& api = cudnn();
+  char message[1024] = {};
+  api.get_last_error_string(message, sizeof message);
+  throw cudnn_error("fusebox: " + std::string(call) + " failed: " + api.get_error_string(status) +
+                        (message[0] ? std::string(" (") + message + ")" : std::string()),
+                    status);
+}
+
+FUSEBOX_RUNTIME_API cudnn_context& cudnn_handle() {
+  static cudnn_context* context = [] {
+    current_device();  // the primary context, current on this thread: cuDNN's runtime uses it too
+    auto* c = new cudnn_context;  // never destroyed, like cuBLASLt's handle
+    cudnn_check(cudnn().create(&c->handle), "cudnnCreate");
+    return c;
+  }();
+  return *context;
+}
+
+FUSEBOX_RUNTIME_API cudnn_descriptor& cudnn_descriptor::operator=(cudnn_descriptor&& o) noexcept {
+  if (this != &o) {
+    reset();
+    d_ = std::exchange(o.d_, nullptr);
+  }
+  return *this;
+}
+#endif
 
 }  // namespace fusebox::cuda

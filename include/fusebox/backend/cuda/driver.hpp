@@ -21,7 +21,7 @@
 // macros (cuMemAlloc -> cuMemAlloc_v2, and _ptsz variants under per-thread default streams).
 // Where the driver exports versioned symbols, the table binds the versioned one explicitly.
 //
-// Depends on: the C++20 standard library, fusebox/core/errors.hpp, fusebox/backend/cuda/library.hpp.
+// Depends on: the C++20 standard library, fusebox/core/{errors,linkage}.hpp, fusebox/backend/cuda/library.hpp.
 #pragma once
 
 #include <cstddef>
@@ -32,6 +32,7 @@
 
 #include "fusebox/backend/cuda/library.hpp"
 #include "fusebox/core/errors.hpp"
+#include "fusebox/core/linkage.hpp"
 
 // cuda.h: the opaque handle types, at global scope as there (see above).
 struct CUctx_st;
@@ -170,7 +171,66 @@ struct driver_state {
 };
 
 /// "CUDA_ERROR_OUT_OF_MEMORY (out of memory)", from the driver when it can say.
-inline std::string describe(const driver_api& api, CUresult result) {
+FUSEBOX_RUNTIME_API std::string describe(const driver_api& api, CUresult result);
+
+FUSEBOX_RUNTIME_API void load_driver(driver_state& state);
+
+inline void require_device_here();
+FUSEBOX_RUNTIME_API const driver_state& driver_once();
+
+}  // namespace detail
+
+/// The loaded driver; throws backend_unavailable (the same failure each time) if CUDA cannot run.
+FUSEBOX_RUNTIME_API const driver_api& driver();
+
+/// Throws driver_error unless `result` is CUDA_SUCCESS: "fusebox: cuMemAlloc failed with
+/// CUDA_ERROR_OUT_OF_MEMORY (out of memory): <context>".
+FUSEBOX_RUNTIME_API void check(CUresult result, std::string_view call, std::string_view context = {});
+
+/// What fusebox knows about the device it runs on.
+struct device_info {
+  int ordinal = 0;
+  std::string name;      // "NVIDIA H100 80GB HBM3"
+  int sm_major = 0;      // compute capability
+  int sm_minor = 0;
+  int sm_count = 0;      // streaming multiprocessors
+  int max_shared_bytes_optin = 0;  // dynamic shared memory a block may opt in to
+  std::string arch;      // NVRTC's -arch value: "sm_90"
+  CUdevice device = 0;
+  CUcontext context = nullptr;  // the primary context, retained for the life of the process
+};
+
+namespace detail {
+
+/// The ordinal from $FUSEBOX_CUDA_DEVICE (default 0), checked against the device count.
+FUSEBOX_RUNTIME_API int selected_ordinal(const driver_api& api);
+
+FUSEBOX_RUNTIME_API device_info open_device();
+
+struct device_state {
+  device_info info;
+  std::exception_ptr failure;
+};
+
+FUSEBOX_RUNTIME_API const device_state& device_once();
+
+}  // namespace detail
+
+/// The device fusebox uses, with its primary context made current on the calling thread (CUDA
+/// contexts are per thread, so every thread that touches the device goes through here).
+FUSEBOX_RUNTIME_API const device_info& current_device();
+
+namespace detail {
+inline void require_device_here() { (void)current_device(); }
+}  // namespace detail
+
+/// Whether the CUDA backend can run here: libcuda loads, cuInit succeeds and the selected device
+/// exists. Never throws; creates no context. `driver()` says why when this is false.
+FUSEBOX_RUNTIME_API bool available() noexcept;
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+FUSEBOX_RUNTIME_API std::string detail::describe(const driver_api& api, CUresult result) {
   const char* name = nullptr;
   const char* text = nullptr;
   if (api.get_error_name) api.get_error_name(result, &name);
@@ -183,7 +243,7 @@ inline std::string describe(const driver_api& api, CUresult result) {
   return out;
 }
 
-inline void load_driver(driver_state& state) {
+FUSEBOX_RUNTIME_API void detail::load_driver(driver_state& state) {
   state.library = open_first(
       libcuda_what, {"libcuda.so.1", "libcuda.so"},
       "install the NVIDIA driver (it provides libcuda.so.1) and run on a machine with an NVIDIA "
@@ -271,8 +331,7 @@ inline void load_driver(driver_state& state) {
   throw backend_unavailable("CUDA", loaded, fix);
 }
 
-inline void require_device_here();
-inline const driver_state& driver_once() {
+FUSEBOX_RUNTIME_API const detail::driver_state& detail::driver_once() {
   // Never destroyed: see the header comment (libraries live as long as the process).
   static const driver_state* state = [] {
     // cuda::require_device (pipeline/targets.hpp): host code that must refuse a CUDA request
@@ -289,18 +348,13 @@ inline const driver_state& driver_once() {
   return *state;
 }
 
-}  // namespace detail
-
-/// The loaded driver; throws backend_unavailable (the same failure each time) if CUDA cannot run.
-inline const driver_api& driver() {
+FUSEBOX_RUNTIME_API const driver_api& driver() {
   const auto& state = detail::driver_once();
   if (state.failure) std::rethrow_exception(state.failure);
   return state.api;
 }
 
-/// Throws driver_error unless `result` is CUDA_SUCCESS: "fusebox: cuMemAlloc failed with
-/// CUDA_ERROR_OUT_OF_MEMORY (out of memory): <context>".
-inline void check(CUresult result, std::string_view call, std::string_view context = {}) {
+FUSEBOX_RUNTIME_API void check(CUresult result, std::string_view call, std::string_view context) {
   if (result == CUDA_SUCCESS) return;
   std::string what = "fusebox: " + std::string(call) + " failed with " +
                      detail::describe(detail::driver_once().api, result);
@@ -308,23 +362,7 @@ inline void check(CUresult result, std::string_view call, std::string_view conte
   throw driver_error(what, result);
 }
 
-/// What fusebox knows about the device it runs on.
-struct device_info {
-  int ordinal = 0;
-  std::string name;      // "NVIDIA H100 80GB HBM3"
-  int sm_major = 0;      // compute capability
-  int sm_minor = 0;
-  int sm_count = 0;      // streaming multiprocessors
-  int max_shared_bytes_optin = 0;  // dynamic shared memory a block may opt in to
-  std::string arch;      // NVRTC's -arch value: "sm_90"
-  CUdevice device = 0;
-  CUcontext context = nullptr;  // the primary context, retained for the life of the process
-};
-
-namespace detail {
-
-/// The ordinal from $FUSEBOX_CUDA_DEVICE (default 0), checked against the device count.
-inline int selected_ordinal(const driver_api& api) {
+FUSEBOX_RUNTIME_API int detail::selected_ordinal(const driver_api& api) {
   int count = 0;
   check(api.device_get_count(&count), "cuDeviceGetCount");
   if (count == 0)
@@ -348,7 +386,7 @@ inline int selected_ordinal(const driver_api& api) {
   return ordinal;
 }
 
-inline device_info open_device() {
+FUSEBOX_RUNTIME_API device_info detail::open_device() {
   const auto& api = driver();
   device_info info;
   info.ordinal = selected_ordinal(api);
@@ -374,12 +412,7 @@ inline device_info open_device() {
   return info;
 }
 
-struct device_state {
-  device_info info;
-  std::exception_ptr failure;
-};
-
-inline const device_state& device_once() {
+FUSEBOX_RUNTIME_API const detail::device_state& detail::device_once() {
   static const device_state* state = [] {
     auto* s = new device_state;  // never destroyed, like the driver table
     try {
@@ -392,11 +425,7 @@ inline const device_state& device_once() {
   return *state;
 }
 
-}  // namespace detail
-
-/// The device fusebox uses, with its primary context made current on the calling thread (CUDA
-/// contexts are per thread, so every thread that touches the device goes through here).
-inline const device_info& current_device() {
+FUSEBOX_RUNTIME_API const device_info& current_device() {
   const auto& state = detail::device_once();
   if (state.failure) std::rethrow_exception(state.failure);
   const auto& api = driver();
@@ -408,13 +437,7 @@ inline const device_info& current_device() {
   return state.info;
 }
 
-namespace detail {
-inline void require_device_here() { (void)current_device(); }
-}  // namespace detail
-
-/// Whether the CUDA backend can run here: libcuda loads, cuInit succeeds and the selected device
-/// exists. Never throws; creates no context. `driver()` says why when this is false.
-inline bool available() noexcept {
+FUSEBOX_RUNTIME_API bool available() noexcept {
   try {
     detail::selected_ordinal(driver());
     return true;
@@ -422,5 +445,6 @@ inline bool available() noexcept {
     return false;
   }
 }
+#endif
 
 }  // namespace fusebox::cuda

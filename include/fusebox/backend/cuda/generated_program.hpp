@@ -41,6 +41,7 @@
 #include "fusebox/backend/cuda/module_store.hpp"
 #include "fusebox/backend/cuda/spatial_kernels.hpp"
 #include "fusebox/backend/cuda/strided_copy.hpp"
+#include "fusebox/core/linkage.hpp"
 #include "fusebox/core/low_precision.hpp"
 #include "fusebox/profile.hpp"
 #include "fusebox/schedule/schedule.hpp"
@@ -644,5 +645,24 @@ struct cuda_program {
                                reinterpret_cast<cuda::CUdeviceptr>(from.data), from.stride, from.shape, sizeof(T), on);
   }
 };
+
+#ifdef FUSEBOX_RUNTIME_INSTANCE  // compiled once where a program asks for it (core/linkage.hpp)
+FUSEBOX_RUNTIME_INSTANCE struct cuda_program<float, 16>;
+FUSEBOX_RUNTIME_INSTANCE struct cuda_program<float, 32>;
+FUSEBOX_RUNTIME_INSTANCE struct cuda_program<float, 64>;
+FUSEBOX_RUNTIME_INSTANCE struct cuda_program<float, 128>;
+FUSEBOX_RUNTIME_INSTANCE struct cuda_program<double, 16>;
+FUSEBOX_RUNTIME_INSTANCE struct cuda_program<double, 32>;
+FUSEBOX_RUNTIME_INSTANCE struct cuda_program<double, 64>;
+FUSEBOX_RUNTIME_INSTANCE struct cuda_program<double, 128>;
+FUSEBOX_RUNTIME_INSTANCE struct cuda_program<bfloat16, 16>;
+FUSEBOX_RUNTIME_INSTANCE struct cuda_program<bfloat16, 32>;
+FUSEBOX_RUNTIME_INSTANCE struct cuda_program<bfloat16, 64>;
+FUSEBOX_RUNTIME_INSTANCE struct cuda_program<bfloat16, 128>;
+FUSEBOX_RUNTIME_INSTANCE struct cuda_program<float16, 16>;
+FUSEBOX_RUNTIME_INSTANCE struct cuda_program<float16, 32>;
+FUSEBOX_RUNTIME_INSTANCE struct cuda_program<float16, 64>;
+FUSEBOX_RUNTIME_INSTANCE struct cuda_program<float16, 128>;
+#endif
 
 }  // namespace fusebox::jit

@@ -9,12 +9,13 @@
 // instantiated graph with the parameters of a newly captured one of the same shape (new
 // addresses, new scalar values), much cheaper than instantiating again; the driver refuses when
 // the node structure differs (cuBLASLt may choose other kernels for other alignments).
-// Depends on: backend/cuda/driver.hpp.
+// Depends on: backend/cuda/driver.hpp, core/linkage.hpp.
 #pragma once
 
 #include <utility>
 
 #include "fusebox/backend/cuda/driver.hpp"
+#include "fusebox/core/linkage.hpp"
 
 namespace fusebox::cuda {
 
@@ -26,13 +27,7 @@ class graph {
   graph() = default;
   explicit graph(CUgraph g) noexcept : handle_(g) {}
   graph(graph&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
-  graph& operator=(graph&& other) noexcept {
-    if (this != &other) {
-      release();
-      handle_ = std::exchange(other.handle_, nullptr);
-    }
-    return *this;
-  }
+  graph& operator=(graph&& other) noexcept;
   graph(const graph&) = delete;
   graph& operator=(const graph&) = delete;
   ~graph() { release(); }
@@ -53,13 +48,7 @@ class graph_exec {
   graph_exec() = default;
   explicit graph_exec(CUgraphExec e) noexcept : handle_(e) {}
   graph_exec(graph_exec&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
-  graph_exec& operator=(graph_exec&& other) noexcept {
-    if (this != &other) {
-      release();
-      handle_ = std::exchange(other.handle_, nullptr);
-    }
-    return *this;
-  }
+  graph_exec& operator=(graph_exec&& other) noexcept;
   graph_exec(const graph_exec&) = delete;
   graph_exec& operator=(const graph_exec&) = delete;
   ~graph_exec() { release(); }
@@ -99,20 +88,43 @@ graph capture(CUstream on, Enqueue&& enqueue) {
   return graph(recorded);
 }
 
-inline graph_exec instantiate(const graph& g) {
+FUSEBOX_RUNTIME_API graph_exec instantiate(const graph& g);
+
+/// Gives `exec` the node parameters of `g`; false where the driver refuses because the two
+/// graphs differ in structure (then instantiate `g` instead).
+FUSEBOX_RUNTIME_API bool update(graph_exec& exec, const graph& g);
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+FUSEBOX_RUNTIME_API graph& graph::operator=(graph&& other) noexcept {
+  if (this != &other) {
+    release();
+    handle_ = std::exchange(other.handle_, nullptr);
+  }
+  return *this;
+}
+
+FUSEBOX_RUNTIME_API graph_exec& graph_exec::operator=(graph_exec&& other) noexcept {
+  if (this != &other) {
+    release();
+    handle_ = std::exchange(other.handle_, nullptr);
+  }
+  return *this;
+}
+
+FUSEBOX_RUNTIME_API graph_exec instantiate(const graph& g) {
   CUgraphExec exec = nullptr;
   check(driver().graph_instantiate(&exec, g.get(), 0), "cuGraphInstantiateWithFlags");
   return graph_exec(exec);
 }
 
-/// Gives `exec` the node parameters of `g`; false where the driver refuses because the two
-/// graphs differ in structure (then instantiate `g` instead).
-inline bool update(graph_exec& exec, const graph& g) {
+FUSEBOX_RUNTIME_API bool update(graph_exec& exec, const graph& g) {
   CUgraphExecUpdateResultInfo info;
   const CUresult r = driver().graph_exec_update(exec.get(), g.get(), &info);
   if (r == CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE) return false;
   check(r, "cuGraphExecUpdate");
   return true;
 }
+#endif
 
 }  // namespace fusebox::cuda

@@ -15,7 +15,7 @@
 //     such entry exists, the least recently used entry is dropped and the graph instantiated.
 // A loop that passes fresh tensors every call therefore pays one recording and one update per
 // call, about what a default-mode call costs on the host, and still gets one launch.
-// Depends on: backend/cuda/graph.hpp, runtime/counters.hpp, runtime/logs.hpp.
+// Depends on: backend/cuda/graph.hpp, core/linkage.hpp, runtime/counters.hpp, runtime/logs.hpp.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "fusebox/backend/cuda/graph.hpp"
+#include "fusebox/core/linkage.hpp"
 #include "fusebox/runtime/counters.hpp"
 #include "fusebox/runtime/logs.hpp"
 
@@ -72,25 +73,13 @@ class cuda_graph_cache {
   }
 
   /// Queues the graph for `key` on `on` if the cache has it; false (nothing queued) if not.
-  bool replay(const graph_key& key, cuda::CUstream on) {
-    for (entry& e : entries_)
-      if (e.key == key) {
-        e.used = ++clock_;
-        counters().graph_replays.fetch_add(1, std::memory_order_relaxed);
-        e.exec.launch(on);
-        return true;
-      }
-    return false;
-  }
+  bool replay(const graph_key& key, cuda::CUstream on);
 
   /// Drops every graph (the arena they point into moved).
   void clear() noexcept { entries_.clear(); }
   std::size_t size() const noexcept { return entries_.size(); }
   std::size_t cap() const noexcept { return cap_; }
-  void set_cap(std::size_t cap) {
-    cap_ = cap == 0 ? 1 : cap;
-    while (entries_.size() > cap_) entries_.erase(entries_.begin() + (least_recent(nullptr) - entries_.data()));
-  }
+  void set_cap(std::size_t cap);
 
  private:
   struct entry {
@@ -100,16 +89,37 @@ class cuda_graph_cache {
   };
 
   /// The least recently used entry, of that shape if `shape` is given (null if none).
-  entry* least_recent(const std::vector<std::uint64_t>* shape) {
-    entry* best = nullptr;
-    for (entry& e : entries_)
-      if ((!shape || e.key.shape == *shape) && (!best || e.used < best->used)) best = &e;
-    return best;
-  }
+  entry* least_recent(const std::vector<std::uint64_t>* shape);
 
   std::vector<entry> entries_;
   std::size_t cap_;
   std::uint64_t clock_ = 0;
 };
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+FUSEBOX_RUNTIME_API bool cuda_graph_cache::replay(const graph_key& key, cuda::CUstream on) {
+  for (entry& e : entries_)
+    if (e.key == key) {
+      e.used = ++clock_;
+      counters().graph_replays.fetch_add(1, std::memory_order_relaxed);
+      e.exec.launch(on);
+      return true;
+    }
+  return false;
+}
+
+FUSEBOX_RUNTIME_API void cuda_graph_cache::set_cap(std::size_t cap) {
+  cap_ = cap == 0 ? 1 : cap;
+  while (entries_.size() > cap_) entries_.erase(entries_.begin() + (least_recent(nullptr) - entries_.data()));
+}
+
+FUSEBOX_RUNTIME_API cuda_graph_cache::entry* cuda_graph_cache::least_recent(const std::vector<std::uint64_t>* shape) {
+  entry* best = nullptr;
+  for (entry& e : entries_)
+    if ((!shape || e.key.shape == *shape) && (!best || e.used < best->used)) best = &e;
+  return best;
+}
+#endif
 
 }  // namespace fusebox::jit

@@ -15,7 +15,7 @@
 // never destroyed): unloading the driver while static objects still hold device memory would
 // turn their destructors into crashes.
 //
-// Depends on: the C++20 standard library, POSIX dlfcn (dladdr), fusebox/core/errors.hpp,
+// Depends on: the C++20 standard library, POSIX dlfcn (dladdr), fusebox/core/{errors,linkage}.hpp,
 // fusebox/runtime/shared_library.hpp.
 #pragma once
 
@@ -28,12 +28,44 @@
 #include <dlfcn.h>
 
 #include "fusebox/core/errors.hpp"
+#include "fusebox/core/linkage.hpp"
 #include "fusebox/runtime/shared_library.hpp"
 
 namespace fusebox::cuda {
 
 /// Paths and sonames to try for a CUDA toolkit library, in the order above, without duplicates.
-inline std::vector<std::string> toolkit_library_candidates(
+FUSEBOX_RUNTIME_API std::vector<std::string> toolkit_library_candidates(
+    std::initializer_list<std::string_view> sonames);
+
+/// Opens the first of `candidates` that loads (a name without '/' goes through the loader's
+/// search). `what` names the library for the message ("libcuda (the NVIDIA driver)"), `fix` says
+/// what to install or set. Throws backend_unavailable("CUDA", ...) listing each candidate and why
+/// it did not load.
+FUSEBOX_RUNTIME_API jit::shared_library open_first(std::string_view what,
+                                                   const std::vector<std::string>& candidates,
+                                                   std::string_view fix);
+
+/// resolve()'s work, once for every function type: the address of `symbol`, never null.
+FUSEBOX_RUNTIME_API void* resolve_address(const jit::shared_library& library, const char* symbol,
+                                          std::string_view what);
+/// Sets `function` to `symbol` from `library`. A library too old to have the symbol is a
+/// backend_unavailable naming the library file, the symbol and `what`; the caller vouches that
+/// `Function` is the symbol's real type.
+template <class Function>
+void resolve(const jit::shared_library& library, Function*& function, const char* symbol,
+             std::string_view what) {
+  // A thin cast over resolve_address: the driver table resolves ~40 function types, and a body
+  // per type was 59 KB of object code in every unit that can reach the driver (issue 22).
+  function = reinterpret_cast<Function*>(resolve_address(library, symbol, what));
+}
+
+/// The file `library` was loaded from ("/usr/lib/x86_64-linux-gnu/libcuda.so.1" rather than the
+/// soname asked for), found through the address of one of its functions; its name if unknown.
+FUSEBOX_RUNTIME_API std::string loaded_file(const jit::shared_library& library, const void* function);
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+FUSEBOX_RUNTIME_API std::vector<std::string> toolkit_library_candidates(
     std::initializer_list<std::string_view> sonames) {
   std::vector<std::string> candidates;
   auto add = [&](std::string candidate) {
@@ -55,13 +87,8 @@ inline std::vector<std::string> toolkit_library_candidates(
   return candidates;
 }
 
-/// Opens the first of `candidates` that loads (a name without '/' goes through the loader's
-/// search). `what` names the library for the message ("libcuda (the NVIDIA driver)"), `fix` says
-/// what to install or set. Throws backend_unavailable("CUDA", ...) listing each candidate and why
-/// it did not load.
-inline jit::shared_library open_first(std::string_view what,
-                                      const std::vector<std::string>& candidates,
-                                      std::string_view fix) {
+FUSEBOX_RUNTIME_API jit::shared_library open_first(std::string_view what, const std::vector<std::string>& candidates,
+                                                   std::string_view fix) {
   std::string tried;
   for (const auto& name : candidates) {
     try {
@@ -79,8 +106,8 @@ inline jit::shared_library open_first(std::string_view what,
                             std::string(fix));
 }
 
-/// resolve()'s work, once for every function type: the address of `symbol`, never null.
-inline void* resolve_address(const jit::shared_library& library, const char* symbol, std::string_view what) {
+FUSEBOX_RUNTIME_API void* resolve_address(const jit::shared_library& library, const char* symbol,
+                                          std::string_view what) {
   void* address = nullptr;
   try {
     address = library.symbol(symbol);
@@ -98,24 +125,13 @@ inline void* resolve_address(const jit::shared_library& library, const char* sym
                               "reinstall " + std::string(what));
   return address;
 }
-/// Sets `function` to `symbol` from `library`. A library too old to have the symbol is a
-/// backend_unavailable naming the library file, the symbol and `what`; the caller vouches that
-/// `Function` is the symbol's real type.
-template <class Function>
-void resolve(const jit::shared_library& library, Function*& function, const char* symbol,
-             std::string_view what) {
-  // A thin cast over resolve_address: the driver table resolves ~40 function types, and a body
-  // per type was 59 KB of object code in every unit that can reach the driver (issue 22).
-  function = reinterpret_cast<Function*>(resolve_address(library, symbol, what));
-}
 
-/// The file `library` was loaded from ("/usr/lib/x86_64-linux-gnu/libcuda.so.1" rather than the
-/// soname asked for), found through the address of one of its functions; its name if unknown.
-inline std::string loaded_file(const jit::shared_library& library, const void* function) {
+FUSEBOX_RUNTIME_API std::string loaded_file(const jit::shared_library& library, const void* function) {
   Dl_info info{};
   if (function && ::dladdr(function, &info) != 0 && info.dli_fname && *info.dli_fname)
     return info.dli_fname;
   return library.path();
 }
+#endif
 
 }  // namespace fusebox::cuda

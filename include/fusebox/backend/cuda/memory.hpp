@@ -10,7 +10,7 @@
 // the plan's arena size before each run and pays for an allocation only when a larger plan comes.
 // Growing discards the contents (nothing in the arena outlives a run).
 //
-// Depends on: the C++20 standard library, fusebox/core/errors.hpp, fusebox/backend/cuda/driver.hpp.
+// Depends on: the C++20 standard library, fusebox/core/{errors,linkage}.hpp, fusebox/backend/cuda/driver.hpp.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +21,7 @@
 
 #include "fusebox/backend/cuda/driver.hpp"
 #include "fusebox/core/errors.hpp"
+#include "fusebox/core/linkage.hpp"
 
 namespace fusebox::cuda {
 
@@ -35,14 +36,7 @@ class device_buffer {
   explicit device_buffer(std::size_t bytes) { allocate(bytes); }
   device_buffer(device_buffer&& other) noexcept
       : pointer_(std::exchange(other.pointer_, 0)), bytes_(std::exchange(other.bytes_, 0)) {}
-  device_buffer& operator=(device_buffer&& other) noexcept {
-    if (this != &other) {
-      release();
-      pointer_ = std::exchange(other.pointer_, 0);
-      bytes_ = std::exchange(other.bytes_, 0);
-    }
-    return *this;
-  }
+  device_buffer& operator=(device_buffer&& other) noexcept;
   device_buffer(const device_buffer&) = delete;
   device_buffer& operator=(const device_buffer&) = delete;
   ~device_buffer() { release(); }
@@ -52,37 +46,14 @@ class device_buffer {
   bool empty() const noexcept { return bytes_ == 0; }
 
   /// At least `bytes` bytes afterwards; reallocates (losing the contents) only to grow.
-  void ensure(std::size_t bytes) {
-    if (bytes <= bytes_) return;
-    release();
-    allocate(bytes);
-  }
+  void ensure(std::size_t bytes);
 
   /// Frees the memory now; the buffer is empty afterwards.
   void reset() noexcept { release(); }
 
  private:
-  void allocate(std::size_t bytes) {
-    if (bytes == 0) return;  // cuMemAlloc refuses 0 bytes; an empty buffer needs no memory
-    const auto& device = current_device();
-    CUdeviceptr pointer = 0;  // stored only on success: a failed call may write anything here
-    check(driver().mem_alloc(&pointer, bytes), "cuMemAlloc",
-          "allocating " + detail::bytes_text(bytes) + " on device " +
-              std::to_string(device.ordinal) + " (" + device.name + ")");
-    pointer_ = pointer;
-    bytes_ = bytes;
-  }
-  void release() noexcept {
-    if (pointer_) {
-      try {
-        current_device();  // cuMemFree needs the context current on this thread
-        driver().mem_free(pointer_);
-      } catch (...) {
-      }
-    }
-    pointer_ = 0;
-    bytes_ = 0;
-  }
+  void allocate(std::size_t bytes);
+  void release() noexcept;
 
   CUdeviceptr pointer_ = 0;
   std::size_t bytes_ = 0;
@@ -93,25 +64,10 @@ class device_buffer {
 class pinned_buffer {
  public:
   pinned_buffer() = default;
-  explicit pinned_buffer(std::size_t bytes) {
-    if (bytes == 0) return;
-    current_device();
-    void* pointer = nullptr;
-    check(driver().mem_alloc_host(&pointer, bytes), "cuMemAllocHost",
-          "allocating " + detail::bytes_text(bytes) + " of pinned host memory");
-    pointer_ = pointer;
-    bytes_ = bytes;
-  }
+  explicit pinned_buffer(std::size_t bytes);
   pinned_buffer(pinned_buffer&& other) noexcept
       : pointer_(std::exchange(other.pointer_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
-  pinned_buffer& operator=(pinned_buffer&& other) noexcept {
-    if (this != &other) {
-      release();
-      pointer_ = std::exchange(other.pointer_, nullptr);
-      bytes_ = std::exchange(other.bytes_, 0);
-    }
-    return *this;
-  }
+  pinned_buffer& operator=(pinned_buffer&& other) noexcept;
   pinned_buffer(const pinned_buffer&) = delete;
   pinned_buffer& operator=(const pinned_buffer&) = delete;
   ~pinned_buffer() { release(); }
@@ -126,17 +82,7 @@ class pinned_buffer {
   }
 
  private:
-  void release() noexcept {
-    if (pointer_) {
-      try {
-        current_device();
-        driver().mem_free_host(pointer_);
-      } catch (...) {
-      }
-    }
-    pointer_ = nullptr;
-    bytes_ = 0;
-  }
+  void release() noexcept;
 
   void* pointer_ = nullptr;
   std::size_t bytes_ = 0;
@@ -153,13 +99,7 @@ class stream {
     check(driver().stream_create(&handle_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
   }
   stream(stream&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
-  stream& operator=(stream&& other) noexcept {
-    if (this != &other) {
-      release();
-      handle_ = std::exchange(other.handle_, nullptr);
-    }
-    return *this;
-  }
+  stream& operator=(stream&& other) noexcept;
   stream(const stream&) = delete;
   stream& operator=(const stream&) = delete;
   ~stream() { release(); }
@@ -172,16 +112,7 @@ class stream {
   void wait(const event& e) const;
 
  private:
-  void release() noexcept {
-    if (handle_) {
-      try {
-        current_device();
-        driver().stream_destroy(handle_);
-      } catch (...) {
-      }
-    }
-    handle_ = nullptr;
-  }
+  void release() noexcept;
 
   CUstream handle_ = nullptr;
 };
@@ -209,13 +140,7 @@ class event {
     check(driver().event_create(&handle_, flags), "cuEventCreate");
   }
   event(event&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
-  event& operator=(event&& other) noexcept {
-    if (this != &other) {
-      release();
-      handle_ = std::exchange(other.handle_, nullptr);
-    }
-    return *this;
-  }
+  event& operator=(event&& other) noexcept;
   event(const event&) = delete;
   event& operator=(const event&) = delete;
   ~event() { release(); }
@@ -224,24 +149,10 @@ class event {
   void record(CUstream on) { check(driver().event_record(handle_, on), "cuEventRecord"); }
   void sync() const { check(driver().event_synchronize(handle_), "cuEventSynchronize"); }
   /// Whether the work recorded before the event has run (never waits); an event never recorded is done.
-  bool done() const {
-    const CUresult r = driver().event_query(handle_);
-    if (r == CUDA_ERROR_NOT_READY) return false;
-    check(r, "cuEventQuery");
-    return true;
-  }
+  bool done() const;
 
  private:
-  void release() noexcept {
-    if (handle_) {
-      try {
-        current_device();
-        driver().event_destroy(handle_);
-      } catch (...) {
-      }
-    }
-    handle_ = nullptr;
-  }
+  void release() noexcept;
 
   CUevent handle_ = nullptr;
 };
@@ -251,12 +162,7 @@ inline void stream::wait(const event& e) const {
 }
 
 /// Milliseconds between two recorded events (waits for `stop`).
-inline float elapsed_ms(const event& start, const event& stop) {
-  stop.sync();
-  float ms = 0;
-  check(driver().event_elapsed_time(&ms, start.get(), stop.get()), "cuEventElapsedTime");
-  return ms;
-}
+FUSEBOX_RUNTIME_API float elapsed_ms(const event& start, const event& stop);
 
 // --- copies ----------------------------------------------------------------------------------
 // Raw forms take device addresses and byte counts; the span forms check that the data fits the
@@ -280,55 +186,16 @@ inline void finish_legacy_stream(const char* after, std::size_t bytes) {
 }
 }  // namespace detail
 
-inline void copy_to_device(CUdeviceptr dst, const void* src, std::size_t bytes) {
-  if (bytes == 0) return;
-  current_device();
-  check(driver().memcpy_htod(dst, src, bytes), "cuMemcpyHtoD", detail::bytes_text(bytes));
-  detail::finish_legacy_stream("cuMemcpyHtoD", bytes);
-}
-inline void copy_to_host(void* dst, CUdeviceptr src, std::size_t bytes) {
-  if (bytes == 0) return;
-  current_device();
-  check(driver().memcpy_dtoh(dst, src, bytes), "cuMemcpyDtoH", detail::bytes_text(bytes));
-}
-inline void copy_on_device(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
-  if (bytes == 0) return;
-  current_device();
-  check(driver().memcpy_dtod(dst, src, bytes), "cuMemcpyDtoD", detail::bytes_text(bytes));
-  detail::finish_legacy_stream("cuMemcpyDtoD", bytes);
-}
-inline void copy_to_device_async(CUdeviceptr dst, const void* src, std::size_t bytes, CUstream on) {
-  if (bytes == 0) return;
-  current_device();
-  check(driver().memcpy_htod_async(dst, src, bytes, on), "cuMemcpyHtoDAsync",
-        detail::bytes_text(bytes));
-}
-inline void copy_to_host_async(void* dst, CUdeviceptr src, std::size_t bytes, CUstream on) {
-  if (bytes == 0) return;
-  current_device();
-  check(driver().memcpy_dtoh_async(dst, src, bytes, on), "cuMemcpyDtoHAsync",
-        detail::bytes_text(bytes));
-}
-inline void copy_on_device_async(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream on) {
-  if (bytes == 0) return;
-  current_device();
-  check(driver().memcpy_dtod_async(dst, src, bytes, on), "cuMemcpyDtoDAsync",
-        detail::bytes_text(bytes));
-}
+FUSEBOX_RUNTIME_API void copy_to_device(CUdeviceptr dst, const void* src, std::size_t bytes);
+FUSEBOX_RUNTIME_API void copy_to_host(void* dst, CUdeviceptr src, std::size_t bytes);
+FUSEBOX_RUNTIME_API void copy_on_device(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes);
+FUSEBOX_RUNTIME_API void copy_to_device_async(CUdeviceptr dst, const void* src, std::size_t bytes, CUstream on);
+FUSEBOX_RUNTIME_API void copy_to_host_async(void* dst, CUdeviceptr src, std::size_t bytes, CUstream on);
+FUSEBOX_RUNTIME_API void copy_on_device_async(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream on);
 
 /// Sets `bytes` bytes at `dst` to `value` (tests poison outputs with it before a run).
-inline void fill_bytes(CUdeviceptr dst, unsigned char value, std::size_t bytes) {
-  if (bytes == 0) return;
-  current_device();
-  check(driver().memset_d8(dst, value, bytes), "cuMemsetD8", detail::bytes_text(bytes));
-  detail::finish_legacy_stream("cuMemsetD8", bytes);
-}
-inline void fill_bytes_async(CUdeviceptr dst, unsigned char value, std::size_t bytes, CUstream on) {
-  if (bytes == 0) return;
-  current_device();
-  check(driver().memset_d8_async(dst, value, bytes, on), "cuMemsetD8Async",
-        detail::bytes_text(bytes));
-}
+FUSEBOX_RUNTIME_API void fill_bytes(CUdeviceptr dst, unsigned char value, std::size_t bytes);
+FUSEBOX_RUNTIME_API void fill_bytes_async(CUdeviceptr dst, unsigned char value, std::size_t bytes, CUstream on);
 
 namespace detail {
 inline void check_fits(const char* call, std::size_t bytes, const device_buffer& buffer) {
@@ -364,5 +231,184 @@ void copy_to_host_async(std::span<T> dst, const device_buffer& src, CUstream on)
   detail::check_fits("copy_to_host_async", dst.size_bytes(), src);
   copy_to_host_async(dst.data(), src.get(), dst.size_bytes(), on);
 }
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+FUSEBOX_RUNTIME_API device_buffer& device_buffer::operator=(device_buffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    pointer_ = std::exchange(other.pointer_, 0);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+FUSEBOX_RUNTIME_API void device_buffer::ensure(std::size_t bytes) {
+  if (bytes <= bytes_) return;
+  release();
+  allocate(bytes);
+}
+
+FUSEBOX_RUNTIME_API void device_buffer::allocate(std::size_t bytes) {
+  if (bytes == 0) return;  // cuMemAlloc refuses 0 bytes; an empty buffer needs no memory
+  const auto& device = current_device();
+  CUdeviceptr pointer = 0;  // stored only on success: a failed call may write anything here
+  check(driver().mem_alloc(&pointer, bytes), "cuMemAlloc",
+        "allocating " + detail::bytes_text(bytes) + " on device " +
+            std::to_string(device.ordinal) + " (" + device.name + ")");
+  pointer_ = pointer;
+  bytes_ = bytes;
+}
+
+FUSEBOX_RUNTIME_API void device_buffer::release() noexcept {
+  if (pointer_) {
+    try {
+      current_device();  // cuMemFree needs the context current on this thread
+      driver().mem_free(pointer_);
+    } catch (...) {
+    }
+  }
+  pointer_ = 0;
+  bytes_ = 0;
+}
+
+FUSEBOX_RUNTIME_API pinned_buffer::pinned_buffer(std::size_t bytes) {
+  if (bytes == 0) return;
+  current_device();
+  void* pointer = nullptr;
+  check(driver().mem_alloc_host(&pointer, bytes), "cuMemAllocHost",
+        "allocating " + detail::bytes_text(bytes) + " of pinned host memory");
+  pointer_ = pointer;
+  bytes_ = bytes;
+}
+
+FUSEBOX_RUNTIME_API pinned_buffer& pinned_buffer::operator=(pinned_buffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    pointer_ = std::exchange(other.pointer_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+FUSEBOX_RUNTIME_API void pinned_buffer::release() noexcept {
+  if (pointer_) {
+    try {
+      current_device();
+      driver().mem_free_host(pointer_);
+    } catch (...) {
+    }
+  }
+  pointer_ = nullptr;
+  bytes_ = 0;
+}
+
+FUSEBOX_RUNTIME_API stream& stream::operator=(stream&& other) noexcept {
+  if (this != &other) {
+    release();
+    handle_ = std::exchange(other.handle_, nullptr);
+  }
+  return *this;
+}
+
+FUSEBOX_RUNTIME_API void stream::release() noexcept {
+  if (handle_) {
+    try {
+      current_device();
+      driver().stream_destroy(handle_);
+    } catch (...) {
+    }
+  }
+  handle_ = nullptr;
+}
+
+FUSEBOX_RUNTIME_API event& event::operator=(event&& other) noexcept {
+  if (this != &other) {
+    release();
+    handle_ = std::exchange(other.handle_, nullptr);
+  }
+  return *this;
+}
+
+FUSEBOX_RUNTIME_API bool event::done() const {
+  const CUresult r = driver().event_query(handle_);
+  if (r == CUDA_ERROR_NOT_READY) return false;
+  check(r, "cuEventQuery");
+  return true;
+}
+
+FUSEBOX_RUNTIME_API void event::release() noexcept {
+  if (handle_) {
+    try {
+      current_device();
+      driver().event_destroy(handle_);
+    } catch (...) {
+    }
+  }
+  handle_ = nullptr;
+}
+
+FUSEBOX_RUNTIME_API float elapsed_ms(const event& start, const event& stop) {
+  stop.sync();
+  float ms = 0;
+  check(driver().event_elapsed_time(&ms, start.get(), stop.get()), "cuEventElapsedTime");
+  return ms;
+}
+
+FUSEBOX_RUNTIME_API void copy_to_device(CUdeviceptr dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  current_device();
+  check(driver().memcpy_htod(dst, src, bytes), "cuMemcpyHtoD", detail::bytes_text(bytes));
+  detail::finish_legacy_stream("cuMemcpyHtoD", bytes);
+}
+
+FUSEBOX_RUNTIME_API void copy_to_host(void* dst, CUdeviceptr src, std::size_t bytes) {
+  if (bytes == 0) return;
+  current_device();
+  check(driver().memcpy_dtoh(dst, src, bytes), "cuMemcpyDtoH", detail::bytes_text(bytes));
+}
+
+FUSEBOX_RUNTIME_API void copy_on_device(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
+  if (bytes == 0) return;
+  current_device();
+  check(driver().memcpy_dtod(dst, src, bytes), "cuMemcpyDtoD", detail::bytes_text(bytes));
+  detail::finish_legacy_stream("cuMemcpyDtoD", bytes);
+}
+
+FUSEBOX_RUNTIME_API void copy_to_device_async(CUdeviceptr dst, const void* src, std::size_t bytes, CUstream on) {
+  if (bytes == 0) return;
+  current_device();
+  check(driver().memcpy_htod_async(dst, src, bytes, on), "cuMemcpyHtoDAsync",
+        detail::bytes_text(bytes));
+}
+
+FUSEBOX_RUNTIME_API void copy_to_host_async(void* dst, CUdeviceptr src, std::size_t bytes, CUstream on) {
+  if (bytes == 0) return;
+  current_device();
+  check(driver().memcpy_dtoh_async(dst, src, bytes, on), "cuMemcpyDtoHAsync",
+        detail::bytes_text(bytes));
+}
+
+FUSEBOX_RUNTIME_API void copy_on_device_async(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream on) {
+  if (bytes == 0) return;
+  current_device();
+  check(driver().memcpy_dtod_async(dst, src, bytes, on), "cuMemcpyDtoDAsync",
+        detail::bytes_text(bytes));
+}
+
+FUSEBOX_RUNTIME_API void fill_bytes(CUdeviceptr dst, unsigned char value, std::size_t bytes) {
+  if (bytes == 0) return;
+  current_device();
+  check(driver().memset_d8(dst, value, bytes), "cuMemsetD8", detail::bytes_text(bytes));
+  detail::finish_legacy_stream("cuMemsetD8", bytes);
+}
+
+FUSEBOX_RUNTIME_API void fill_bytes_async(CUdeviceptr dst, unsigned char value, std::size_t bytes, CUstream on) {
+  if (bytes == 0) return;
+  current_device();
+  check(driver().memset_d8_async(dst, value, bytes, on), "cuMemsetD8Async",
+        detail::bytes_text(bytes));
+}
+#endif
 
 }  // namespace fusebox::cuda

@@ -12,7 +12,7 @@
 // A launch that is accepted can still fail while it runs (an illegal address): like every
 // asynchronous error, that surfaces at the next synchronisation (stream::sync()), not here.
 //
-// Depends on: the C++20 standard library, fusebox/core/errors.hpp, fusebox/backend/cuda/driver.hpp.
+// Depends on: the C++20 standard library, fusebox/core/{errors,linkage}.hpp, fusebox/backend/cuda/driver.hpp.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +23,7 @@
 
 #include "fusebox/backend/cuda/driver.hpp"
 #include "fusebox/core/errors.hpp"
+#include "fusebox/core/linkage.hpp"
 
 namespace fusebox::cuda {
 
@@ -35,25 +36,10 @@ class module {
  public:
   module() = default;
   /// Loads `image`, an ELF cubin such as nvrtc_compile returns. `name` is for messages.
-  explicit module(std::span<const char> image, std::string name = "module") : name_(std::move(name)) {
-    if (image.size() < 4 || image[0] != 0x7f || image[1] != 'E' || image[2] != 'L' || image[3] != 'F')
-      throw invalid_argument("fusebox: module '" + name_ + "': the image (" +
-                             std::to_string(image.size()) + " bytes) is not an ELF cubin");
-    const auto& device = current_device();
-    check(driver().module_load_data(&handle_, image.data()), "cuModuleLoadData",
-          "module '" + name_ + "' (" + std::to_string(image.size()) + " bytes) on " + device.name +
-              " (" + device.arch + ")");
-  }
+  explicit module(std::span<const char> image, std::string name = "module");
   module(module&& other) noexcept
       : handle_(std::exchange(other.handle_, nullptr)), name_(std::move(other.name_)) {}
-  module& operator=(module&& other) noexcept {
-    if (this != &other) {
-      release();
-      handle_ = std::exchange(other.handle_, nullptr);
-      name_ = std::move(other.name_);
-    }
-    return *this;
-  }
+  module& operator=(module&& other) noexcept;
   module(const module&) = delete;
   module& operator=(const module&) = delete;
   ~module() { release(); }
@@ -61,26 +47,10 @@ class module {
   CUmodule get() const noexcept { return handle_; }
 
   /// The kernel `kernel` (its extern "C" name); throws driver_error naming both if it is absent.
-  CUfunction function(const std::string& kernel) const {
-    if (!handle_) throw invalid_argument("fusebox: function('" + kernel + "') on an empty module");
-    CUfunction f = nullptr;
-    current_device();
-    check(driver().module_get_function(&f, handle_, kernel.c_str()), "cuModuleGetFunction",
-          "kernel '" + kernel + "' in module '" + name_ + "'");
-    return f;
-  }
+  CUfunction function(const std::string& kernel) const;
 
  private:
-  void release() noexcept {
-    if (handle_) {
-      try {
-        current_device();
-        driver().module_unload(handle_);
-      } catch (...) {
-      }
-    }
-    handle_ = nullptr;
-  }
+  void release() noexcept;
 
   CUmodule handle_ = nullptr;
   std::string name_;
@@ -91,8 +61,52 @@ inline constexpr unsigned default_shared_bytes_limit = 48 * 1024;
 
 /// Queues `f` on `on` with `args` (one pointer per kernel parameter, as cuLaunchKernel takes
 /// them). `name` is for messages.
-inline void launch(CUfunction f, dim3 grid, dim3 block, unsigned shared_bytes, CUstream on,
-                   void** args, std::string_view name = "kernel") {
+FUSEBOX_RUNTIME_API void launch(CUfunction f, dim3 grid, dim3 block, unsigned shared_bytes, CUstream on,
+                                void** args, std::string_view name = "kernel");
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+FUSEBOX_RUNTIME_API module::module(std::span<const char> image, std::string name) : name_(std::move(name)) {
+  if (image.size() < 4 || image[0] != 0x7f || image[1] != 'E' || image[2] != 'L' || image[3] != 'F')
+    throw invalid_argument("fusebox: module '" + name_ + "': the image (" +
+                           std::to_string(image.size()) + " bytes) is not an ELF cubin");
+  const auto& device = current_device();
+  check(driver().module_load_data(&handle_, image.data()), "cuModuleLoadData",
+        "module '" + name_ + "' (" + std::to_string(image.size()) + " bytes) on " + device.name +
+            " (" + device.arch + ")");
+}
+
+FUSEBOX_RUNTIME_API module& module::operator=(module&& other) noexcept {
+  if (this != &other) {
+    release();
+    handle_ = std::exchange(other.handle_, nullptr);
+    name_ = std::move(other.name_);
+  }
+  return *this;
+}
+
+FUSEBOX_RUNTIME_API CUfunction module::function(const std::string& kernel) const {
+  if (!handle_) throw invalid_argument("fusebox: function('" + kernel + "') on an empty module");
+  CUfunction f = nullptr;
+  current_device();
+  check(driver().module_get_function(&f, handle_, kernel.c_str()), "cuModuleGetFunction",
+        "kernel '" + kernel + "' in module '" + name_ + "'");
+  return f;
+}
+
+FUSEBOX_RUNTIME_API void module::release() noexcept {
+  if (handle_) {
+    try {
+      current_device();
+      driver().module_unload(handle_);
+    } catch (...) {
+    }
+  }
+  handle_ = nullptr;
+}
+
+FUSEBOX_RUNTIME_API void launch(CUfunction f, dim3 grid, dim3 block, unsigned shared_bytes, CUstream on, void** args,
+                                std::string_view name) {
   auto where = [&] {
     auto extent = [](dim3 d) {
       // Appended piece by piece: "(" + std::to_string(...) trips GCC 12's -Wrestrict false positive.
@@ -126,5 +140,6 @@ inline void launch(CUfunction f, dim3 grid, dim3 block, unsigned shared_bytes, C
                           args, nullptr),
         "cuLaunchKernel", where());
 }
+#endif
 
 }  // namespace fusebox::cuda

@@ -14,7 +14,7 @@
 // `make_cuda_unit` (rendering only) needs no GPU: CI compiles every kernel with NVRTC for sm_90
 // to catch code-generation errors on machines without one.
 // Depends on: backend/cuda/codegen.hpp, runtime/{cache_key,disk_cache,memory_cache,counters,logs}.hpp,
-// backend/cuda/{nvrtc,module,driver}.hpp, profile.hpp, version.hpp.
+// backend/cuda/{nvrtc,module,driver}.hpp, core/linkage.hpp, profile.hpp, version.hpp.
 #pragma once
 
 #include <algorithm>
@@ -30,6 +30,7 @@
 #include "fusebox/backend/cuda/driver.hpp"
 #include "fusebox/backend/cuda/module.hpp"
 #include "fusebox/backend/cuda/nvrtc.hpp"
+#include "fusebox/core/linkage.hpp"
 #include "fusebox/profile.hpp"
 #include "fusebox/runtime/cache_key.hpp"
 #include "fusebox/runtime/counters.hpp"
@@ -50,29 +51,7 @@ struct cuda_unit {
   std::size_t distinct = 0;           ///< kernels actually in the unit (identical ones share)
 };
 
-inline cuda_unit make_cuda_unit(const std::vector<rendered_cuda_kernel>& kernels) {
-  cuda_unit u;
-  u.source = cuda_prelude();
-  std::vector<std::string> seen;
-  for (const auto& k : kernels) {
-    const std::string name = "fbk_" + sha256_hex(k.source).substr(0, 20);
-    u.entry.push_back(name);
-    bool dup = false;
-    for (const auto& s : seen) dup = dup || s == name;
-    if (dup) continue;
-    seen.push_back(name);
-    // Entry points keep C linkage (unmangled names for cuModuleGetFunction) and so must be unique
-    // in the unit; everything else lives in the kernel's namespace.
-    std::string src = k.source;
-    for (const auto& [from, suffix] : {std::pair<std::string, std::string>{"fusebox_kernel_w(", "_w("},
-                                        {"fusebox_kernel_v1(", "_v1("}, {"fusebox_kernel(", "("}}) {
-      if (auto at = src.find(from); at != std::string::npos) src.replace(at, from.size(), name + suffix);
-    }
-    u.source += "namespace " + name + " {\n" + src + "}  // namespace " + name + "\n";
-  }
-  u.distinct = seen.size();
-  return u;
-}
+FUSEBOX_RUNTIME_API cuda_unit make_cuda_unit(const std::vector<rendered_cuda_kernel>& kernels);
 
 /// A program's loaded kernels: per kernel, its module (shared by identical kernels, within and
 /// across programs) and its three functions.
@@ -89,100 +68,16 @@ class cuda_store {
   }
 
   /// NVRTC options of every unit: `--use_fast_math` only when asked for (options::fast_math).
-  static std::vector<std::string> options(bool fast_math) {
-    std::vector<std::string> o{"-lineinfo"};
-    if (fast_math) o.push_back("--use_fast_math");
-    return o;
-  }
+  static std::vector<std::string> options(bool fast_math);
 
   /// Compiles (or finds) a unit per kernel of `kernels` for the current device and loads them.
   /// Throws fusebox::cuda::nvrtc_error with the log and the source on a bad unit.
-  cuda_binary get(const std::vector<rendered_cuda_kernel>& kernels, bool fast_math) {
-    const cuda::device_info& dev = cuda::current_device();
-    // One entry per distinct kernel; `of[i]` is kernel i's.
-    struct unit_entry {
-      cuda_unit unit;
-      cache_key key;
-      std::string summary;
-      std::shared_ptr<cuda::module> module;
-      std::vector<char> cubin;
-      double seconds = 0;
-    };
-    std::vector<unit_entry> units;
-    std::vector<std::size_t> of;
-    for (const auto& k : kernels) {
-      cuda_unit u = make_cuda_unit({k});
-      std::size_t at = 0;
-      while (at < units.size() && units[at].unit.entry[0] != u.entry[0]) ++at;
-      of.push_back(at);
-      if (at < units.size()) continue;
-      unit_entry e;
-      e.key = unit_key(u, dev.arch, fast_math);
-      e.unit = std::move(u);
-      e.summary = k.summary;
-      units.push_back(std::move(e));
-    }
-
-    std::vector<unit_entry*> to_compile;
-    for (profile::scoped_span lookup("kernel lookup", "cache", std::to_string(units.size()) + " unit(s)");
-         auto& e : units) {
-      if (auto mod = memory_.find(e.key)) {
-        counters().hits.fetch_add(1, std::memory_order_relaxed);
-        e.module = *mod;
-        continue;
-      }
-      counters().misses.fetch_add(1, std::memory_order_relaxed);
-      if (disk_.enabled()) {
-        if (auto found = disk_.lookup_blob(e.key)) {
-          profile::instant("cubin disk hit", "cache", e.key.digest().substr(0, 16));
-          e.cubin.assign(found->begin(), found->end());
-          continue;
-        }
-      }
-      to_compile.push_back(&e);
-    }
-    if (!to_compile.empty()) compile_all(to_compile, dev.arch, fast_math);
-
-    profile::scoped_span load("module load", "cache");
-    for (auto& e : units) {
-      if (e.module) continue;
-      auto loaded = std::make_shared<cuda::module>(std::span<const char>(e.cubin.data(), e.cubin.size()),
-                                                   "fusebox kernel " + e.unit.entry[0]);
-      e.module = memory_.get_or_create(e.key, [&] { return loaded; });
-      e.cubin = {};
-    }
-
-    cuda_binary b;
-    for (std::size_t i = 0; i < kernels.size(); ++i) {
-      const unit_entry& e = units[of[i]];
-      const std::string& name = e.unit.entry[0];
-      b.modules.push_back(e.module);
-      // The attention forward has no 32-bytes-a-thread entry (backend/cuda/attention_kernel.hpp); its
-      // gradient's unit has one (its dq kernel: backend/cuda/attention_backward_kernel.hpp).
-      const bool no_wide = kernels[i].kind == plan::kernel_kind::attention &&
-                           kernels[i].source.find("fusebox_kernel_w(") == std::string::npos;
-      b.wide_entry.push_back(no_wide ? nullptr : e.module->function(name + "_w"));
-      b.vector_entry.push_back(e.module->function(name));
-      b.scalar_entry.push_back(e.module->function(name + "_v1"));
-    }
-    return b;
-  }
+  cuda_binary get(const std::vector<rendered_cuda_kernel>& kernels, bool fast_math);
 
   void clear_memory() { memory_.clear(); }
 
  private:
-  static cache_key unit_key(const cuda_unit& unit, const std::string& arch, bool fast_math) {
-    cache_key key;
-    std::string o;
-    for (const auto& x : options(fast_math)) o += x + " ";
-    key.add("fusebox", version_string)
-        .add("codegen", std::to_string(cuda_codegen_version))
-        .add("arch", arch)
-        .add("nvrtc", cuda::nvrtc_version())
-        .add("options", o)
-        .add("source", unit.source);
-    return key;
-  }
+  static cache_key unit_key(const cuda_unit& unit, const std::string& arch, bool fast_math);
 
   /// NVRTC on every unit of `todo`, a thread each up to the machine's cores; the first failure is
   /// rethrown after all have finished; then the cubins go to the disk cache.
@@ -231,5 +126,122 @@ class cuda_store {
   disk_cache disk_;
   memory_cache<std::shared_ptr<cuda::module>> memory_;
 };
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+FUSEBOX_RUNTIME_API cuda_unit make_cuda_unit(const std::vector<rendered_cuda_kernel>& kernels) {
+  cuda_unit u;
+  u.source = cuda_prelude();
+  std::vector<std::string> seen;
+  for (const auto& k : kernels) {
+    const std::string name = "fbk_" + sha256_hex(k.source).substr(0, 20);
+    u.entry.push_back(name);
+    bool dup = false;
+    for (const auto& s : seen) dup = dup || s == name;
+    if (dup) continue;
+    seen.push_back(name);
+    // Entry points keep C linkage (unmangled names for cuModuleGetFunction) and so must be unique
+    // in the unit; everything else lives in the kernel's namespace.
+    std::string src = k.source;
+    for (const auto& [from, suffix] : {std::pair<std::string, std::string>{"fusebox_kernel_w(", "_w("},
+                                        {"fusebox_kernel_v1(", "_v1("}, {"fusebox_kernel(", "("}}) {
+      if (auto at = src.find(from); at != std::string::npos) src.replace(at, from.size(), name + suffix);
+    }
+    u.source += "namespace " + name + " {\n" + src + "}  // namespace " + name + "\n";
+  }
+  u.distinct = seen.size();
+  return u;
+}
+
+FUSEBOX_RUNTIME_API std::vector<std::string> cuda_store::options(bool fast_math) {
+  std::vector<std::string> o{"-lineinfo"};
+  if (fast_math) o.push_back("--use_fast_math");
+  return o;
+}
+
+FUSEBOX_RUNTIME_API cuda_binary cuda_store::get(const std::vector<rendered_cuda_kernel>& kernels, bool fast_math) {
+  const cuda::device_info& dev = cuda::current_device();
+  // One entry per distinct kernel; `of[i]` is kernel i's.
+  struct unit_entry {
+    cuda_unit unit;
+    cache_key key;
+    std::string summary;
+    std::shared_ptr<cuda::module> module;
+    std::vector<char> cubin;
+    double seconds = 0;
+  };
+  std::vector<unit_entry> units;
+  std::vector<std::size_t> of;
+  for (const auto& k : kernels) {
+    cuda_unit u = make_cuda_unit({k});
+    std::size_t at = 0;
+    while (at < units.size() && units[at].unit.entry[0] != u.entry[0]) ++at;
+    of.push_back(at);
+    if (at < units.size()) continue;
+    unit_entry e;
+    e.key = unit_key(u, dev.arch, fast_math);
+    e.unit = std::move(u);
+    e.summary = k.summary;
+    units.push_back(std::move(e));
+  }
+
+  std::vector<unit_entry*> to_compile;
+  for (profile::scoped_span lookup("kernel lookup", "cache", std::to_string(units.size()) + " unit(s)");
+       auto& e : units) {
+    if (auto mod = memory_.find(e.key)) {
+      counters().hits.fetch_add(1, std::memory_order_relaxed);
+      e.module = *mod;
+      continue;
+    }
+    counters().misses.fetch_add(1, std::memory_order_relaxed);
+    if (disk_.enabled()) {
+      if (auto found = disk_.lookup_blob(e.key)) {
+        profile::instant("cubin disk hit", "cache", e.key.digest().substr(0, 16));
+        e.cubin.assign(found->begin(), found->end());
+        continue;
+      }
+    }
+    to_compile.push_back(&e);
+  }
+  if (!to_compile.empty()) compile_all(to_compile, dev.arch, fast_math);
+
+  profile::scoped_span load("module load", "cache");
+  for (auto& e : units) {
+    if (e.module) continue;
+    auto loaded = std::make_shared<cuda::module>(std::span<const char>(e.cubin.data(), e.cubin.size()),
+                                                 "fusebox kernel " + e.unit.entry[0]);
+    e.module = memory_.get_or_create(e.key, [&] { return loaded; });
+    e.cubin = {};
+  }
+
+  cuda_binary b;
+  for (std::size_t i = 0; i < kernels.size(); ++i) {
+    const unit_entry& e = units[of[i]];
+    const std::string& name = e.unit.entry[0];
+    b.modules.push_back(e.module);
+    // The attention forward has no 32-bytes-a-thread entry (backend/cuda/attention_kernel.hpp); its
+    // gradient's unit has one (its dq kernel: backend/cuda/attention_backward_kernel.hpp).
+    const bool no_wide = kernels[i].kind == plan::kernel_kind::attention &&
+                         kernels[i].source.find("fusebox_kernel_w(") == std::string::npos;
+    b.wide_entry.push_back(no_wide ? nullptr : e.module->function(name + "_w"));
+    b.vector_entry.push_back(e.module->function(name));
+    b.scalar_entry.push_back(e.module->function(name + "_v1"));
+  }
+  return b;
+}
+
+FUSEBOX_RUNTIME_API cache_key cuda_store::unit_key(const cuda_unit& unit, const std::string& arch, bool fast_math) {
+  cache_key key;
+  std::string o;
+  for (const auto& x : options(fast_math)) o += x + " ";
+  key.add("fusebox", version_string)
+      .add("codegen", std::to_string(cuda_codegen_version))
+      .add("arch", arch)
+      .add("nvrtc", cuda::nvrtc_version())
+      .add("options", o)
+      .add("source", unit.source);
+  return key;
+}
+#endif
 
 }  // namespace fusebox::jit

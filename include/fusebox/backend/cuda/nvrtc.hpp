@@ -12,7 +12,7 @@
 // loaded once per process, thread-safely; a failure is kept and rethrown as the same
 // backend_unavailable on every use.
 //
-// Depends on: the C++20 standard library, fusebox/core/errors.hpp, fusebox/backend/cuda/library.hpp.
+// Depends on: the C++20 standard library, fusebox/core/{errors,linkage}.hpp, fusebox/backend/cuda/library.hpp.
 #pragma once
 
 #include <cstddef>
@@ -24,6 +24,7 @@
 
 #include "fusebox/backend/cuda/library.hpp"
 #include "fusebox/core/errors.hpp"
+#include "fusebox/core/linkage.hpp"
 
 struct _nvrtcProgram;  // nvrtc.h: typedef struct _nvrtcProgram *nvrtcProgram;
 
@@ -74,7 +75,84 @@ struct nvrtc_state {
   std::exception_ptr failure;
 };
 
-inline void load_nvrtc(nvrtc_state& state) {
+FUSEBOX_RUNTIME_API void load_nvrtc(nvrtc_state& state);
+
+FUSEBOX_RUNTIME_API const nvrtc_state& nvrtc_once();
+
+inline std::string nvrtc_message(const nvrtc_api& api, nvrtcResult result) {
+  const char* text = api.get_error_string ? api.get_error_string(result) : nullptr;
+  return text ? std::string(text) : "NVRTC error " + std::to_string(result);
+}
+
+/// "sm_90", "sm_90a", "sm_100f": a real architecture, so NVRTC can emit a cubin.
+FUSEBOX_RUNTIME_API bool is_real_arch(std::string_view arch);
+
+/// Destroys the program however the compile ends.
+struct program_guard {
+  const nvrtc_api& api;
+  nvrtcProgram program = nullptr;
+  ~program_guard() {
+    if (program) api.destroy_program(&program);
+  }
+};
+
+}  // namespace detail
+
+/// The loaded NVRTC; throws backend_unavailable if it cannot be loaded.
+FUSEBOX_RUNTIME_API const nvrtc_api& nvrtc();
+
+/// Whether NVRTC can be loaded. Never throws.
+FUSEBOX_RUNTIME_API bool nvrtc_available() noexcept;
+
+/// "13.0": the loaded NVRTC's version (part of every JIT cache key).
+inline std::string nvrtc_version() {
+  const auto& api = nvrtc();
+  return std::to_string(api.major) + "." + std::to_string(api.minor);
+}
+
+struct compile_result {
+  std::vector<char> cubin;           // an ELF image for cuModuleLoadData
+  std::string log;                   // warnings, if any
+  std::vector<std::string> options;  // the full option list used (for cache keys and reports)
+};
+
+namespace detail {
+
+/// "fusebox: NVRTC 13.0 (path): <what> for '<name>' failed with <error>; options: ...", then the log.
+FUSEBOX_RUNTIME_API std::string nvrtc_failure(const nvrtc_api& api, const std::string& what, const std::string& name,
+                                              nvrtcResult code, const std::vector<std::string>& options,
+                                              const std::string& log);
+
+/// One nvrtcCompileProgram of `source` with `options`; throws nvrtc_error (with the log and the
+/// source) if it does not compile. On success the program is left in `guard` for its outputs and
+/// the warnings are in `log`.
+FUSEBOX_RUNTIME_API void run_nvrtc(const nvrtc_api& api, program_guard& guard, const std::string& source,
+                                   const std::string& name, const std::vector<std::string>& options, std::string& log);
+
+FUSEBOX_RUNTIME_API std::vector<std::string> nvrtc_options(const std::string& arch,
+                                                           const std::vector<std::string>& extra);
+
+}  // namespace detail
+
+/// Compiles `source` (named `name` in diagnostics) for `arch` ("sm_90") with the options above
+/// plus `extra_options`. Throws nvrtc_error, carrying the log and the source, if it does not
+/// compile; invalid_argument if `arch` is not a real architecture.
+FUSEBOX_RUNTIME_API compile_result nvrtc_compile(const std::string& source, const std::string& name,
+                                                 const std::string& arch,
+                                                 const std::vector<std::string>& extra_options = {});
+
+/// Checks that `source` compiles for the virtual architecture `arch` ("compute_90"): NVRTC's
+/// front end and NVVM, down to PTX, without ptxas. Every error of a code generator (syntax,
+/// types, overloads, a missing intrinsic) shows here at a fraction of a cubin build's cost; what
+/// only ptxas checks (register or shared-memory limits) needs nvrtc_compile. Returns the
+/// warnings; throws nvrtc_error like nvrtc_compile.
+FUSEBOX_RUNTIME_API std::string nvrtc_check(const std::string& source, const std::string& name,
+                                            const std::string& arch = "compute_90",
+                                            const std::vector<std::string>& extra_options = {});
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+FUSEBOX_RUNTIME_API void detail::load_nvrtc(nvrtc_state& state) {
   state.library = open_first(
       libnvrtc_what, toolkit_library_candidates({"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}),
       "install the CUDA toolkit's NVRTC (e.g. the cuda-nvrtc package) and set FUSEBOX_CUDA_HOME "
@@ -98,7 +176,7 @@ inline void load_nvrtc(nvrtc_state& state) {
                               "reinstall NVRTC");
 }
 
-inline const nvrtc_state& nvrtc_once() {
+FUSEBOX_RUNTIME_API const detail::nvrtc_state& detail::nvrtc_once() {
   static const nvrtc_state* state = [] {
     auto* s = new nvrtc_state;  // never destroyed: see cuda/library.hpp
     try {
@@ -111,13 +189,7 @@ inline const nvrtc_state& nvrtc_once() {
   return *state;
 }
 
-inline std::string nvrtc_message(const nvrtc_api& api, nvrtcResult result) {
-  const char* text = api.get_error_string ? api.get_error_string(result) : nullptr;
-  return text ? std::string(text) : "NVRTC error " + std::to_string(result);
-}
-
-/// "sm_90", "sm_90a", "sm_100f": a real architecture, so NVRTC can emit a cubin.
-inline bool is_real_arch(std::string_view arch) {
+FUSEBOX_RUNTIME_API bool detail::is_real_arch(std::string_view arch) {
   if (arch.size() < 4 || arch.substr(0, 3) != "sm_") return false;
   std::size_t i = 3;
   while (i < arch.size() && arch[i] >= '0' && arch[i] <= '9') ++i;
@@ -125,26 +197,13 @@ inline bool is_real_arch(std::string_view arch) {
   return i == arch.size() || (i + 1 == arch.size() && (arch[i] == 'a' || arch[i] == 'f'));
 }
 
-/// Destroys the program however the compile ends.
-struct program_guard {
-  const nvrtc_api& api;
-  nvrtcProgram program = nullptr;
-  ~program_guard() {
-    if (program) api.destroy_program(&program);
-  }
-};
-
-}  // namespace detail
-
-/// The loaded NVRTC; throws backend_unavailable if it cannot be loaded.
-inline const nvrtc_api& nvrtc() {
+FUSEBOX_RUNTIME_API const nvrtc_api& nvrtc() {
   const auto& state = detail::nvrtc_once();
   if (state.failure) std::rethrow_exception(state.failure);
   return state.api;
 }
 
-/// Whether NVRTC can be loaded. Never throws.
-inline bool nvrtc_available() noexcept {
+FUSEBOX_RUNTIME_API bool nvrtc_available() noexcept {
   try {
     nvrtc();
     return true;
@@ -153,23 +212,9 @@ inline bool nvrtc_available() noexcept {
   }
 }
 
-/// "13.0": the loaded NVRTC's version (part of every JIT cache key).
-inline std::string nvrtc_version() {
-  const auto& api = nvrtc();
-  return std::to_string(api.major) + "." + std::to_string(api.minor);
-}
-
-struct compile_result {
-  std::vector<char> cubin;           // an ELF image for cuModuleLoadData
-  std::string log;                   // warnings, if any
-  std::vector<std::string> options;  // the full option list used (for cache keys and reports)
-};
-
-namespace detail {
-
-/// "fusebox: NVRTC 13.0 (path): <what> for '<name>' failed with <error>; options: ...", then the log.
-inline std::string nvrtc_failure(const nvrtc_api& api, const std::string& what, const std::string& name,
-                                 nvrtcResult code, const std::vector<std::string>& options, const std::string& log) {
+FUSEBOX_RUNTIME_API std::string detail::nvrtc_failure(const nvrtc_api& api, const std::string& what,
+                                                      const std::string& name, nvrtcResult code,
+                                                      const std::vector<std::string>& options, const std::string& log) {
   std::string joined;
   for (const auto& option : options) joined += (joined.empty() ? "" : " ") + option;
   std::string message = "fusebox: NVRTC " + std::to_string(api.major) + "." + std::to_string(api.minor) + " (" +
@@ -179,11 +224,9 @@ inline std::string nvrtc_failure(const nvrtc_api& api, const std::string& what, 
   return message;
 }
 
-/// One nvrtcCompileProgram of `source` with `options`; throws nvrtc_error (with the log and the
-/// source) if it does not compile. On success the program is left in `guard` for its outputs and
-/// the warnings are in `log`.
-inline void run_nvrtc(const nvrtc_api& api, program_guard& guard, const std::string& source, const std::string& name,
-                      const std::vector<std::string>& options, std::string& log) {
+FUSEBOX_RUNTIME_API void detail::run_nvrtc(const nvrtc_api& api, program_guard& guard, const std::string& source,
+                                           const std::string& name, const std::vector<std::string>& options,
+                                           std::string& log) {
   std::vector<const char*> argv;
   for (const auto& option : options) argv.push_back(option.c_str());
   auto fail = [&](const std::string& what, nvrtcResult code) {
@@ -203,20 +246,16 @@ inline void run_nvrtc(const nvrtc_api& api, program_guard& guard, const std::str
   if (compiled != NVRTC_SUCCESS) throw fail("nvrtcCompileProgram", compiled);
 }
 
-inline std::vector<std::string> nvrtc_options(const std::string& arch, const std::vector<std::string>& extra) {
+FUSEBOX_RUNTIME_API std::vector<std::string> detail::nvrtc_options(const std::string& arch,
+                                                                   const std::vector<std::string>& extra) {
   std::vector<std::string> options = {"-arch=" + arch, "-std=c++17", "-default-device"};
   options.insert(options.end(), extra.begin(), extra.end());
   return options;
 }
 
-}  // namespace detail
-
-/// Compiles `source` (named `name` in diagnostics) for `arch` ("sm_90") with the options above
-/// plus `extra_options`. Throws nvrtc_error, carrying the log and the source, if it does not
-/// compile; invalid_argument if `arch` is not a real architecture.
-inline compile_result nvrtc_compile(const std::string& source, const std::string& name,
-                                    const std::string& arch,
-                                    const std::vector<std::string>& extra_options = {}) {
+FUSEBOX_RUNTIME_API compile_result nvrtc_compile(const std::string& source, const std::string& name,
+                                                 const std::string& arch,
+                                                 const std::vector<std::string>& extra_options) {
   if (!detail::is_real_arch(arch))
     throw invalid_argument("fusebox: nvrtc_compile(" + name + "): arch '" + arch +
                            "' is not a real GPU architecture such as sm_90; a virtual one "
@@ -241,14 +280,8 @@ inline compile_result nvrtc_compile(const std::string& source, const std::string
   return result;
 }
 
-/// Checks that `source` compiles for the virtual architecture `arch` ("compute_90"): NVRTC's
-/// front end and NVVM, down to PTX, without ptxas. Every error of a code generator (syntax,
-/// types, overloads, a missing intrinsic) shows here at a fraction of a cubin build's cost; what
-/// only ptxas checks (register or shared-memory limits) needs nvrtc_compile. Returns the
-/// warnings; throws nvrtc_error like nvrtc_compile.
-inline std::string nvrtc_check(const std::string& source, const std::string& name,
-                               const std::string& arch = "compute_90",
-                               const std::vector<std::string>& extra_options = {}) {
+FUSEBOX_RUNTIME_API std::string nvrtc_check(const std::string& source, const std::string& name,
+                                            const std::string& arch, const std::vector<std::string>& extra_options) {
   if (arch.rfind("compute_", 0) != 0)
     throw invalid_argument("fusebox: nvrtc_check(" + name + "): arch '" + arch +
                            "' is not a virtual architecture such as compute_90");
@@ -258,5 +291,6 @@ inline std::string nvrtc_check(const std::string& source, const std::string& nam
   detail::run_nvrtc(api, guard, source, name, detail::nvrtc_options(arch, extra_options), log);
   return log;
 }
+#endif
 
 }  // namespace fusebox::cuda

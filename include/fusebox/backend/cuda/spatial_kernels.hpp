@@ -53,6 +53,7 @@
 #include "fusebox/backend/cuda/memory.hpp"
 #include "fusebox/backend/cuda/module.hpp"
 #include "fusebox/core/errors.hpp"
+#include "fusebox/core/linkage.hpp"
 #include "fusebox/ir/graph.hpp"
 
 namespace fusebox::jit {
@@ -87,7 +88,179 @@ inline bool spatial_is_conv(spatial_op op) {
 }
 
 /// The implicit GEMM's M, N, K of a convolution op for geometry g.
-inline void spatial_gemm_sizes(spatial_op op, const cuda_spatial_args& g, long long& M, long long& N, long long& K) {
+FUSEBOX_RUNTIME_API void spatial_gemm_sizes(spatial_op op, const cuda_spatial_args& g, long long& M, long long& N,
+                                            long long& K);
+
+/// How many ranges the weight gradient cuts K into: enough tiles for a few hundred blocks, each
+/// range at least 1024 long, at most 128. A function of the shapes only (results do not depend on
+/// the device), 1 for the other ops.
+FUSEBOX_RUNTIME_API int spatial_splits(spatial_op op, const cuda_spatial_args& g);
+
+/// The geometry of spatial node `win` with operand shapes a, b and result shape out.
+FUSEBOX_RUNTIME_API cuda_spatial_args spatial_geometry(const window& win, const dims& a, const dims& b,
+                                                       const dims& out);
+
+/// Scratch bytes a spatial node needs on the device (the weight gradient's split partials).
+FUSEBOX_RUNTIME_API std::size_t spatial_scratch_bytes(const window& win, const dims& a, const dims& b, const dims& out);
+
+/// The unit of spatial node n (op and storage type baked in).
+FUSEBOX_RUNTIME_API rendered_cuda_kernel render_cuda_spatial(const ir::node& n, dtype storage);
+
+/// Queues spatial node `win` (unit `rk`, stages `first` and `second`): a, b (b = a for one
+/// operand) into out; `scratch` holds spatial_scratch_bytes.
+template <class T>
+void launch_spatial(const rendered_cuda_kernel& rk, cuda::CUfunction first, cuda::CUfunction second, const window& win,
+                    const strided<T>& a, const strided<T>& b, const strided<T>& out, cuda::CUdeviceptr scratch,
+                    cuda::CUstream on) {
+  if (out.shape.size() == 0) return;
+  cuda_spatial_args g = spatial_geometry(win, a.shape, b.shape, out.shape);
+  g.a = reinterpret_cast<std::uint64_t>(a.data);
+  g.b = reinterpret_cast<std::uint64_t>(b.data);
+  g.out = reinterpret_cast<std::uint64_t>(out.data);
+  g.scratch = scratch;
+  for (int d = 0; d < 4; ++d) g.as[d] = a.stride[d], g.bs[d] = b.stride[d], g.os[d] = out.stride[d];
+  void* args[] = {&g};
+  cuda::dim3 grid, block;
+  block.x = spatial_block_threads;
+  if (spatial_is_conv(win.op)) {
+    long long M, N, K;
+    spatial_gemm_sizes(win.op, g, M, N, K);
+    if (K == 0) throw invalid_argument("fusebox: " + std::string(name(win.op)) + " with an empty reduction (" +
+                                       to_string(a.shape) + ", " + to_string(b.shape) + ") on the CUDA backend");
+    grid.x = static_cast<unsigned>((N + spatial_tile - 1) / spatial_tile);
+    grid.y = static_cast<unsigned>((M + spatial_tile - 1) / spatial_tile);
+    grid.z = static_cast<unsigned>(g.splits);
+    if (grid.y > 65535)
+      throw invalid_argument("fusebox: " + std::string(name(win.op)) + " on the CUDA backend takes at most " +
+                             std::to_string(65535 * spatial_tile) + " channels");
+    cuda::launch(first, grid, block, 0, on, args, rk.summary);
+    if (g.splits > 1) {
+      cuda::dim3 sum_grid;
+      sum_grid.x = detail::blocks_for(static_cast<unsigned long long>(M * N), spatial_block_threads);
+      cuda::launch(second, sum_grid, block, 0, on, args, rk.summary + ", sum of splits");
+    }
+    return;
+  }
+  grid.x = detail::blocks_for(out.shape.size(), spatial_block_threads);
+  cuda::launch(first, grid, block, 0, on, args, rk.summary);
+}
+
+// ---------------------------------------------------------------------------------------------
+// gather (embedding, embedding_backward)
+// ---------------------------------------------------------------------------------------------
+
+/// The parameter block of a gather unit (fbg_args). a: the weight [V, D] (forward) or the
+/// gradient [ids..., D] (backward); ids [ids...]; out [ids..., D] or [V, D].
+struct cuda_gather_args {
+  std::uint64_t a = 0, ids = 0, out = 0, counts = 0, flag = 0;
+  long long ids_shape[max_rank] = {}, ids_stride[max_rank] = {};
+  long long as[max_rank] = {}, os[max_rank] = {};
+  long long n = 0, d = 0, v = 0;
+};
+
+inline constexpr unsigned gather_block_threads = 256;
+
+/// The value of a gather kernel's flag word when every id was good.
+inline constexpr std::uint64_t gather_flag_clear = ~std::uint64_t{0};
+
+/// Scratch bytes a gather node needs on the device (the backward's row counts).
+inline std::size_t gather_scratch_bytes(const ir::node& n, const dims& out) {
+  return n.desc.variant == 0 ? 0 : out[0] * sizeof(int);
+}
+
+/// The unit of gather node n with ids of rank `ids_rank`.
+FUSEBOX_RUNTIME_API rendered_cuda_kernel render_cuda_gather(const ir::node& n, std::size_t ids_rank, dtype storage);
+
+/// Queues gather node n (unit rk, stages `first` and `second`): a and ids into out. `counts`
+/// (gather_scratch_bytes) and `flag` (8 bytes, set to gather_flag_clear before the call) are
+/// device memory of the call's scratch.
+template <class T>
+void launch_gather(const rendered_cuda_kernel& rk, cuda::CUfunction first, cuda::CUfunction second, const ir::node& n,
+                   const strided<T>& a, const strided<T>& ids, const strided<T>& out, cuda::CUdeviceptr counts,
+                   cuda::CUdeviceptr flag, cuda::CUstream on) {
+  cuda_gather_args g;
+  g.a = reinterpret_cast<std::uint64_t>(a.data);
+  g.ids = reinterpret_cast<std::uint64_t>(ids.data);
+  g.out = reinterpret_cast<std::uint64_t>(out.data);
+  g.counts = counts;
+  g.flag = flag;
+  const std::size_t r = ids.shape.rank;
+  for (std::size_t d = 0; d < r; ++d) g.ids_shape[d] = static_cast<long long>(ids.shape[d]), g.ids_stride[d] = ids.stride[d];
+  for (std::size_t d = 0; d < a.shape.rank; ++d) g.as[d] = a.stride[d];
+  for (std::size_t d = 0; d < out.shape.rank; ++d) g.os[d] = out.stride[d];
+  const bool back = n.desc.variant != 0;
+  g.n = static_cast<long long>(ids.shape.size());
+  g.d = static_cast<long long>(back ? out.shape[1] : a.shape[1]);
+  g.v = static_cast<long long>(back ? out.shape[0] : a.shape[0]);
+  if (g.n >= (1ll << 31))
+    throw invalid_argument("fusebox: " + std::string(n.desc.name) + " on the CUDA backend takes fewer than 2^31 ids; ids are " +
+                           to_string(ids.shape));
+  void* args[] = {&g};
+  cuda::dim3 grid, block;
+  block.x = gather_block_threads;
+  if (!back) {
+    if (g.n * g.d == 0) return;
+    grid.x = detail::blocks_for(static_cast<unsigned long long>(g.n * g.d), gather_block_threads);
+    cuda::launch(first, grid, block, 0, on, args, rk.summary);
+    return;
+  }
+  if (g.v * g.d == 0) return;
+  cuda::fill_bytes_async(counts, 0, static_cast<std::size_t>(g.v) * sizeof(int), on);
+  if (g.n > 0) {
+    grid.x = detail::blocks_for(static_cast<unsigned long long>(g.n), gather_block_threads);
+    cuda::launch(second, grid, block, 0, on, args, rk.summary + ", counting");
+  }
+  grid.x = static_cast<unsigned>(std::min<long long>(g.v, 1 << 20));
+  cuda::launch(first, grid, block, 0, on, args, rk.summary);
+}
+
+// ---------------------------------------------------------------------------------------------
+// pad
+// ---------------------------------------------------------------------------------------------
+
+/// The parameter block of a pad unit (fbp_args): out [shape] and up to ir::max_inputs operands,
+/// operand k covering [begin[k], end[k]) along the axis.
+struct cuda_pad_args {
+  std::uint64_t out = 0;
+  std::uint64_t in[ir::max_inputs] = {};
+  long long shape[max_rank] = {}, os[max_rank] = {};
+  long long is[ir::max_inputs][max_rank] = {};
+  long long begin[ir::max_inputs] = {}, end[ir::max_inputs] = {};
+  long long total = 0;
+};
+
+/// The unit of pad node n (rank, axis and operand count baked in).
+FUSEBOX_RUNTIME_API rendered_cuda_kernel render_cuda_pad(const ir::node& n, dtype storage);
+
+/// Queues pad node n (unit rk, entry fn): operands `in` (n.n_inputs of them) into out.
+template <class T>
+void launch_pad(const rendered_cuda_kernel& rk, cuda::CUfunction fn, const ir::node& n, const strided<T>* in,
+                const strided<T>& out, cuda::CUstream on) {
+  cuda_pad_args g;
+  g.out = reinterpret_cast<std::uint64_t>(out.data);
+  const std::size_t r = out.shape.rank, axis = static_cast<std::size_t>(n.desc.axis);
+  for (std::size_t d = 0; d < r; ++d) g.shape[d] = static_cast<long long>(out.shape[d]), g.os[d] = out.stride[d];
+  long long at = static_cast<long long>(n.desc.view_start);
+  for (int k = 0; k < n.n_inputs; ++k) {
+    g.in[k] = reinterpret_cast<std::uint64_t>(in[k].data);
+    for (std::size_t d = 0; d < r; ++d) g.is[k][d] = in[k].stride[d];
+    g.begin[k] = at;
+    at += static_cast<long long>(in[k].shape[axis]);
+    g.end[k] = at;
+  }
+  g.total = static_cast<long long>(out.shape.size());
+  if (g.total == 0) return;
+  void* args[] = {&g};
+  cuda::dim3 grid, block;
+  block.x = 256;
+  grid.x = detail::blocks_for(static_cast<unsigned long long>(g.total), 256);
+  cuda::launch(fn, grid, block, 0, on, args, rk.summary);
+}
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+FUSEBOX_RUNTIME_API void spatial_gemm_sizes(spatial_op op, const cuda_spatial_args& g, long long& M, long long& N,
+                                            long long& K) {
   const long long kk = static_cast<long long>(g.kh) * g.kw;
   switch (op) {
     case spatial_op::conv2d: M = g.o, N = static_cast<long long>(g.n) * g.oh * g.ow, K = g.c * kk; break;
@@ -96,10 +269,7 @@ inline void spatial_gemm_sizes(spatial_op op, const cuda_spatial_args& g, long l
   }
 }
 
-/// How many ranges the weight gradient cuts K into: enough tiles for a few hundred blocks, each
-/// range at least 1024 long, at most 128. A function of the shapes only (results do not depend on
-/// the device), 1 for the other ops.
-inline int spatial_splits(spatial_op op, const cuda_spatial_args& g) {
+FUSEBOX_RUNTIME_API int spatial_splits(spatial_op op, const cuda_spatial_args& g) {
   if (op != spatial_op::conv2d_weight_grad) return 1;
   long long M, N, K;
   spatial_gemm_sizes(op, g, M, N, K);
@@ -108,8 +278,8 @@ inline int spatial_splits(spatial_op op, const cuda_spatial_args& g) {
   return static_cast<int>(std::clamp<long long>(std::min(want, most), 1, 128));
 }
 
-/// The geometry of spatial node `win` with operand shapes a, b and result shape out.
-inline cuda_spatial_args spatial_geometry(const window& win, const dims& a, const dims& b, const dims& out) {
+FUSEBOX_RUNTIME_API cuda_spatial_args spatial_geometry(const window& win, const dims& a, const dims& b,
+                                                       const dims& out) {
   cuda_spatial_args g;
   auto i = [](std::size_t e) { return static_cast<int>(e); };
   const dims* x = &a;  // the forward input's shape, and the forward output's
@@ -129,8 +299,8 @@ inline cuda_spatial_args spatial_geometry(const window& win, const dims& a, cons
   return g;
 }
 
-/// Scratch bytes a spatial node needs on the device (the weight gradient's split partials).
-inline std::size_t spatial_scratch_bytes(const window& win, const dims& a, const dims& b, const dims& out) {
+FUSEBOX_RUNTIME_API std::size_t spatial_scratch_bytes(const window& win, const dims& a, const dims& b,
+                                                      const dims& out) {
   if (win.op != spatial_op::conv2d_weight_grad) return 0;
   const cuda_spatial_args g = spatial_geometry(win, a, b, out);
   if (g.splits == 1) return 0;
@@ -139,8 +309,7 @@ inline std::size_t spatial_scratch_bytes(const window& win, const dims& a, const
   return static_cast<std::size_t>(g.splits) * static_cast<std::size_t>(M * N) * sizeof(float);
 }
 
-/// The unit of spatial node n (op and storage type baked in).
-inline rendered_cuda_kernel render_cuda_spatial(const ir::node& n, dtype storage) {
+FUSEBOX_RUNTIME_API rendered_cuda_kernel render_cuda_spatial(const ir::node& n, dtype storage) {
   const spatial_op op = n.desc.win.op;
   if (op == spatial_op::none) throw invalid_argument("fusebox internal: a spatial node without an op");
   rendered_cuda_kernel r;
@@ -377,70 +546,7 @@ extern "C" __global__ void __launch_bounds__(256) fusebox_kernel_v1(fbs_args a) 
   return r;
 }
 
-/// Queues spatial node `win` (unit `rk`, stages `first` and `second`): a, b (b = a for one
-/// operand) into out; `scratch` holds spatial_scratch_bytes.
-template <class T>
-void launch_spatial(const rendered_cuda_kernel& rk, cuda::CUfunction first, cuda::CUfunction second, const window& win,
-                    const strided<T>& a, const strided<T>& b, const strided<T>& out, cuda::CUdeviceptr scratch,
-                    cuda::CUstream on) {
-  if (out.shape.size() == 0) return;
-  cuda_spatial_args g = spatial_geometry(win, a.shape, b.shape, out.shape);
-  g.a = reinterpret_cast<std::uint64_t>(a.data);
-  g.b = reinterpret_cast<std::uint64_t>(b.data);
-  g.out = reinterpret_cast<std::uint64_t>(out.data);
-  g.scratch = scratch;
-  for (int d = 0; d < 4; ++d) g.as[d] = a.stride[d], g.bs[d] = b.stride[d], g.os[d] = out.stride[d];
-  void* args[] = {&g};
-  cuda::dim3 grid, block;
-  block.x = spatial_block_threads;
-  if (spatial_is_conv(win.op)) {
-    long long M, N, K;
-    spatial_gemm_sizes(win.op, g, M, N, K);
-    if (K == 0) throw invalid_argument("fusebox: " + std::string(name(win.op)) + " with an empty reduction (" +
-                                       to_string(a.shape) + ", " + to_string(b.shape) + ") on the CUDA backend");
-    grid.x = static_cast<unsigned>((N + spatial_tile - 1) / spatial_tile);
-    grid.y = static_cast<unsigned>((M + spatial_tile - 1) / spatial_tile);
-    grid.z = static_cast<unsigned>(g.splits);
-    if (grid.y > 65535)
-      throw invalid_argument("fusebox: " + std::string(name(win.op)) + " on the CUDA backend takes at most " +
-                             std::to_string(65535 * spatial_tile) + " channels");
-    cuda::launch(first, grid, block, 0, on, args, rk.summary);
-    if (g.splits > 1) {
-      cuda::dim3 sum_grid;
-      sum_grid.x = detail::blocks_for(static_cast<unsigned long long>(M * N), spatial_block_threads);
-      cuda::launch(second, sum_grid, block, 0, on, args, rk.summary + ", sum of splits");
-    }
-    return;
-  }
-  grid.x = detail::blocks_for(out.shape.size(), spatial_block_threads);
-  cuda::launch(first, grid, block, 0, on, args, rk.summary);
-}
-
-// ---------------------------------------------------------------------------------------------
-// gather (embedding, embedding_backward)
-// ---------------------------------------------------------------------------------------------
-
-/// The parameter block of a gather unit (fbg_args). a: the weight [V, D] (forward) or the
-/// gradient [ids..., D] (backward); ids [ids...]; out [ids..., D] or [V, D].
-struct cuda_gather_args {
-  std::uint64_t a = 0, ids = 0, out = 0, counts = 0, flag = 0;
-  long long ids_shape[max_rank] = {}, ids_stride[max_rank] = {};
-  long long as[max_rank] = {}, os[max_rank] = {};
-  long long n = 0, d = 0, v = 0;
-};
-
-inline constexpr unsigned gather_block_threads = 256;
-
-/// The value of a gather kernel's flag word when every id was good.
-inline constexpr std::uint64_t gather_flag_clear = ~std::uint64_t{0};
-
-/// Scratch bytes a gather node needs on the device (the backward's row counts).
-inline std::size_t gather_scratch_bytes(const ir::node& n, const dims& out) {
-  return n.desc.variant == 0 ? 0 : out[0] * sizeof(int);
-}
-
-/// The unit of gather node n with ids of rank `ids_rank`.
-inline rendered_cuda_kernel render_cuda_gather(const ir::node& n, std::size_t ids_rank, dtype storage) {
+FUSEBOX_RUNTIME_API rendered_cuda_kernel render_cuda_gather(const ir::node& n, std::size_t ids_rank, dtype storage) {
   rendered_cuda_kernel r;
   r.kind = plan::kernel_kind::gather;
   r.block_threads = gather_block_threads;
@@ -550,66 +656,7 @@ extern "C" __global__ void __launch_bounds__(256) fusebox_kernel_v1(fbg_args a) 
   return r;
 }
 
-/// Queues gather node n (unit rk, stages `first` and `second`): a and ids into out. `counts`
-/// (gather_scratch_bytes) and `flag` (8 bytes, set to gather_flag_clear before the call) are
-/// device memory of the call's scratch.
-template <class T>
-void launch_gather(const rendered_cuda_kernel& rk, cuda::CUfunction first, cuda::CUfunction second, const ir::node& n,
-                   const strided<T>& a, const strided<T>& ids, const strided<T>& out, cuda::CUdeviceptr counts,
-                   cuda::CUdeviceptr flag, cuda::CUstream on) {
-  cuda_gather_args g;
-  g.a = reinterpret_cast<std::uint64_t>(a.data);
-  g.ids = reinterpret_cast<std::uint64_t>(ids.data);
-  g.out = reinterpret_cast<std::uint64_t>(out.data);
-  g.counts = counts;
-  g.flag = flag;
-  const std::size_t r = ids.shape.rank;
-  for (std::size_t d = 0; d < r; ++d) g.ids_shape[d] = static_cast<long long>(ids.shape[d]), g.ids_stride[d] = ids.stride[d];
-  for (std::size_t d = 0; d < a.shape.rank; ++d) g.as[d] = a.stride[d];
-  for (std::size_t d = 0; d < out.shape.rank; ++d) g.os[d] = out.stride[d];
-  const bool back = n.desc.variant != 0;
-  g.n = static_cast<long long>(ids.shape.size());
-  g.d = static_cast<long long>(back ? out.shape[1] : a.shape[1]);
-  g.v = static_cast<long long>(back ? out.shape[0] : a.shape[0]);
-  if (g.n >= (1ll << 31))
-    throw invalid_argument("fusebox: " + std::string(n.desc.name) + " on the CUDA backend takes fewer than 2^31 ids; ids are " +
-                           to_string(ids.shape));
-  void* args[] = {&g};
-  cuda::dim3 grid, block;
-  block.x = gather_block_threads;
-  if (!back) {
-    if (g.n * g.d == 0) return;
-    grid.x = detail::blocks_for(static_cast<unsigned long long>(g.n * g.d), gather_block_threads);
-    cuda::launch(first, grid, block, 0, on, args, rk.summary);
-    return;
-  }
-  if (g.v * g.d == 0) return;
-  cuda::fill_bytes_async(counts, 0, static_cast<std::size_t>(g.v) * sizeof(int), on);
-  if (g.n > 0) {
-    grid.x = detail::blocks_for(static_cast<unsigned long long>(g.n), gather_block_threads);
-    cuda::launch(second, grid, block, 0, on, args, rk.summary + ", counting");
-  }
-  grid.x = static_cast<unsigned>(std::min<long long>(g.v, 1 << 20));
-  cuda::launch(first, grid, block, 0, on, args, rk.summary);
-}
-
-// ---------------------------------------------------------------------------------------------
-// pad
-// ---------------------------------------------------------------------------------------------
-
-/// The parameter block of a pad unit (fbp_args): out [shape] and up to ir::max_inputs operands,
-/// operand k covering [begin[k], end[k]) along the axis.
-struct cuda_pad_args {
-  std::uint64_t out = 0;
-  std::uint64_t in[ir::max_inputs] = {};
-  long long shape[max_rank] = {}, os[max_rank] = {};
-  long long is[ir::max_inputs][max_rank] = {};
-  long long begin[ir::max_inputs] = {}, end[ir::max_inputs] = {};
-  long long total = 0;
-};
-
-/// The unit of pad node n (rank, axis and operand count baked in).
-inline rendered_cuda_kernel render_cuda_pad(const ir::node& n, dtype storage) {
+FUSEBOX_RUNTIME_API rendered_cuda_kernel render_cuda_pad(const ir::node& n, dtype storage) {
   rendered_cuda_kernel r;
   r.kind = plan::kernel_kind::pad;
   r.block_threads = 256;
@@ -649,30 +696,6 @@ extern "C" __global__ void __launch_bounds__(256) fusebox_kernel_v1(fbp_args a) 
   r.source = std::move(s);
   return r;
 }
-
-/// Queues pad node n (unit rk, entry fn): operands `in` (n.n_inputs of them) into out.
-template <class T>
-void launch_pad(const rendered_cuda_kernel& rk, cuda::CUfunction fn, const ir::node& n, const strided<T>* in,
-                const strided<T>& out, cuda::CUstream on) {
-  cuda_pad_args g;
-  g.out = reinterpret_cast<std::uint64_t>(out.data);
-  const std::size_t r = out.shape.rank, axis = static_cast<std::size_t>(n.desc.axis);
-  for (std::size_t d = 0; d < r; ++d) g.shape[d] = static_cast<long long>(out.shape[d]), g.os[d] = out.stride[d];
-  long long at = static_cast<long long>(n.desc.view_start);
-  for (int k = 0; k < n.n_inputs; ++k) {
-    g.in[k] = reinterpret_cast<std::uint64_t>(in[k].data);
-    for (std::size_t d = 0; d < r; ++d) g.is[k][d] = in[k].stride[d];
-    g.begin[k] = at;
-    at += static_cast<long long>(in[k].shape[axis]);
-    g.end[k] = at;
-  }
-  g.total = static_cast<long long>(out.shape.size());
-  if (g.total == 0) return;
-  void* args[] = {&g};
-  cuda::dim3 grid, block;
-  block.x = 256;
-  grid.x = detail::blocks_for(static_cast<unsigned long long>(g.total), 256);
-  cuda::launch(fn, grid, block, 0, on, args, rk.summary);
-}
+#endif
 
 }  // namespace fusebox::jit

@@ -3,7 +3,7 @@
 // copied into the caller's contiguous tensor. Contiguous pairs take one cuMemcpy; others one NVRTC
 // kernel, compiled once per process, that moves elements of 2, 4 or 8 bytes as such (a thread per
 // element, grid-stride).
-// Depends on: backend/cuda/{memory,module,nvrtc,driver}.hpp, core/tensor.hpp.
+// Depends on: backend/cuda/{memory,module,nvrtc,driver}.hpp, core/{linkage,tensor}.hpp.
 #pragma once
 
 #include <algorithm>
@@ -16,6 +16,7 @@
 #include "fusebox/backend/cuda/module.hpp"
 #include "fusebox/backend/cuda/nvrtc.hpp"
 #include "fusebox/core/errors.hpp"
+#include "fusebox/core/linkage.hpp"
 #include "fusebox/core/tensor.hpp"
 
 namespace fusebox::cuda {
@@ -29,7 +30,17 @@ struct strided_copy_args {
   int element_bytes = 4;
 };
 
-inline std::string strided_copy_source() {
+FUSEBOX_RUNTIME_API std::string strided_copy_source();
+
+/// Queues a copy of `shape` elements of `element_bytes` each from src (strides `src_stride`, in
+/// elements) to dst (`dst_stride`) on `on`.
+FUSEBOX_RUNTIME_API void strided_copy_async(CUdeviceptr dst, const strides_t& dst_stride, CUdeviceptr src,
+                                            const strides_t& src_stride, const dims& shape, std::size_t element_bytes,
+                                            CUstream on);
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+FUSEBOX_RUNTIME_API std::string strided_copy_source() {
   const std::string mr = std::to_string(max_rank);
   return "struct fb_copy_args {\n  unsigned long long src, dst;\n  long long shape[" + mr + "], src_stride[" + mr +
          "], dst_stride[" + mr + "];\n  long long total;\n  int rank;\n  int element_bytes;\n};\n" + R"(
@@ -54,10 +65,9 @@ extern "C" __global__ void fusebox_strided_copy(fb_copy_args a) {
 )";
 }
 
-/// Queues a copy of `shape` elements of `element_bytes` each from src (strides `src_stride`, in
-/// elements) to dst (`dst_stride`) on `on`.
-inline void strided_copy_async(CUdeviceptr dst, const strides_t& dst_stride, CUdeviceptr src,
-                               const strides_t& src_stride, const dims& shape, std::size_t element_bytes, CUstream on) {
+FUSEBOX_RUNTIME_API void strided_copy_async(CUdeviceptr dst, const strides_t& dst_stride, CUdeviceptr src,
+                                            const strides_t& src_stride, const dims& shape, std::size_t element_bytes,
+                                            CUstream on) {
   if (element_bytes != 2 && element_bytes != 4 && element_bytes != 8)
     throw invalid_argument("fusebox internal: strided copy of " + std::to_string(element_bytes) + "-byte elements");
   strided_copy_args a;
@@ -84,5 +94,6 @@ inline void strided_copy_async(CUdeviceptr dst, const strides_t& dst_stride, CUd
   grid.x = static_cast<unsigned>(std::clamp<long long>((a.total + 255) / 256, 1, 1 << 20));
   launch(fn, grid, block, 0, on, args, "strided copy " + to_string(shape));
 }
+#endif
 
 }  // namespace fusebox::cuda

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "fusebox/backend/cuda/memory.hpp"
+#include "fusebox/core/linkage.hpp"
 #include "fusebox/core/low_precision.hpp"
 #include "fusebox/core/shape.hpp"
 #include "fusebox/core/tensor.hpp"
@@ -38,41 +39,9 @@ class block_cache {
     static block_cache* c = new block_cache;  // never destroyed: blocks may outlive static tensors
     return *c;
   }
-  std::unique_ptr<device_buffer> take(std::size_t bytes) {
-    {
-      std::lock_guard lock(mutex_);
-      auto it = free_.find(bytes);
-      if (it != free_.end()) {
-        auto b = std::move(it->second);
-        free_.erase(it);
-        cached_ -= bytes;
-        return b;
-      }
-    }
-    return std::make_unique<device_buffer>(bytes);
-  }
-  void give(std::unique_ptr<device_buffer> b) {
-    if (!b) return;
-    const std::size_t bytes = b->size();
-    std::lock_guard lock(mutex_);
-    if (cached_ + bytes > max_cached_bytes()) {
-      // Freed here: queued calls may still use it, so let them finish first.
-      try {
-        work_stream().sync();
-      } catch (...) {
-      }
-      return;
-    }
-    cached_ += bytes;
-    free_.emplace(bytes, std::move(b));
-  }
-  static std::size_t max_cached_bytes() {
-    static const std::size_t cap = [] {
-      const char* v = std::getenv("FUSEBOX_CUDA_CACHE_BYTES");
-      return v && *v ? static_cast<std::size_t>(std::strtoull(v, nullptr, 10)) : std::size_t{1} << 30;
-    }();
-    return cap;
-  }
+  std::unique_ptr<device_buffer> take(std::size_t bytes);
+  void give(std::unique_ptr<device_buffer> b);
+  static std::size_t max_cached_bytes();
 
  private:
   std::mutex mutex_;
@@ -209,6 +178,47 @@ template <class X>
 inline constexpr bool is_tensor_v = false;
 template <class T, class S>
 inline constexpr bool is_tensor_v<tensor<T, S>> = true;
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+FUSEBOX_RUNTIME_API std::unique_ptr<device_buffer> block_cache::take(std::size_t bytes) {
+  {
+    std::lock_guard lock(mutex_);
+    auto it = free_.find(bytes);
+    if (it != free_.end()) {
+      auto b = std::move(it->second);
+      free_.erase(it);
+      cached_ -= bytes;
+      return b;
+    }
+  }
+  return std::make_unique<device_buffer>(bytes);
+}
+
+FUSEBOX_RUNTIME_API void block_cache::give(std::unique_ptr<device_buffer> b) {
+  if (!b) return;
+  const std::size_t bytes = b->size();
+  std::lock_guard lock(mutex_);
+  if (cached_ + bytes > max_cached_bytes()) {
+    // Freed here: queued calls may still use it, so let them finish first.
+    try {
+      work_stream().sync();
+    } catch (...) {
+    }
+    return;
+  }
+  cached_ += bytes;
+  free_.emplace(bytes, std::move(b));
+}
+
+FUSEBOX_RUNTIME_API std::size_t block_cache::max_cached_bytes() {
+  static const std::size_t cap = [] {
+    const char* v = std::getenv("FUSEBOX_CUDA_CACHE_BYTES");
+    return v && *v ? static_cast<std::size_t>(std::strtoull(v, nullptr, 10)) : std::size_t{1} << 30;
+  }();
+  return cap;
+}
+#endif
 
 }  // namespace cuda
 }  // namespace fusebox

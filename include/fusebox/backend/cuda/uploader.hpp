@@ -23,7 +23,7 @@
 // The source should be page-locked (a pinned_pool's storage); from pageable memory the driver
 // copies through its own staging and the copy stops being asynchronous, but stays correct.
 //
-// Depends on: the C++20 standard library, fusebox/core/{errors,storage}.hpp,
+// Depends on: the C++20 standard library, fusebox/core/{errors,linkage,storage}.hpp,
 // fusebox/backend/cuda/{memory,tensor}.hpp.
 #pragma once
 
@@ -37,6 +37,7 @@
 #include "fusebox/backend/cuda/memory.hpp"
 #include "fusebox/backend/cuda/tensor.hpp"
 #include "fusebox/core/errors.hpp"
+#include "fusebox/core/linkage.hpp"
 #include "fusebox/core/storage.hpp"
 
 namespace fusebox::cuda {
@@ -51,28 +52,10 @@ class uploader {
   uploader() : after_work_(CU_EVENT_DISABLE_TIMING) {}
   uploader(const uploader&) = delete;
   uploader& operator=(const uploader&) = delete;
-  ~uploader() {
-    try {
-      sync();
-    } catch (...) {
-      // a failed copy at teardown: the driver reported it to whoever synchronised first
-    }
-  }
+  ~uploader();
 
   /// Queues a copy of `bytes` bytes from host storage `src` to device address `dst` (rules above).
-  ticket copy(CUdeviceptr dst, storage_ptr src, std::size_t bytes) {
-    if (bytes > 0 && !src)
-      throw invalid_argument("fusebox: cuda::uploader::copy: a copy of " + std::to_string(bytes) +
-                             " bytes from empty host storage");
-    release_finished();
-    after_work_.record(work_stream().get());
-    side_.wait(after_work_);
-    copy_to_device_async(dst, src.get(), bytes, side_.get());
-    pending p{++last_id_, take_event(), std::move(src)};
-    p.done.record(side_.get());
-    pending_.push_back(std::move(p));
-    return {last_id_};
-  }
+  ticket copy(CUdeviceptr dst, storage_ptr src, std::size_t bytes);
 
   /// The same into a device tensor: `src` holds the tensor's elements, row-major, in its storage type.
   template <class T, class S>
@@ -81,21 +64,10 @@ class uploader {
   }
 
   /// Work queued on work_stream() from now on starts after copy `t` (and every copy before it).
-  void use(ticket t) {
-    for (const pending& p : pending_)
-      if (p.id == t.id) {
-        work_stream().wait(p.done);
-        break;
-      }
-    // not pending: it has run already (released), or was never queued (id 0)
-    release_finished();
-  }
+  void use(ticket t);
 
   /// Waits for every queued copy and releases their sources.
-  void sync() {
-    side_.sync();
-    while (!pending_.empty()) retire_front();
-  }
+  void sync();
 
   /// Copies whose source storage is still held (queued, or finished but not yet noticed).
   std::size_t held() const noexcept { return pending_.size(); }
@@ -116,12 +88,7 @@ class uploader {
     spare_.push_back(std::move(pending_.front().done));
     pending_.pop_front();  // drops the source: a pinned buffer goes back to its pool here
   }
-  event take_event() {
-    if (spare_.empty()) return event(CU_EVENT_DISABLE_TIMING);
-    event e = std::move(spare_.back());
-    spare_.pop_back();
-    return e;
-  }
+  event take_event();
 
   stream side_;
   event after_work_;  // recorded on work_stream() before each copy; re-recording it later does not
@@ -131,5 +98,52 @@ class uploader {
   std::vector<event> spare_;
   std::uint64_t last_id_ = 0;
 };
+
+// Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
+#if FUSEBOX_RUNTIME_BODIES
+FUSEBOX_RUNTIME_API uploader::~uploader() {
+  try {
+    sync();
+  } catch (...) {
+    // a failed copy at teardown: the driver reported it to whoever synchronised first
+  }
+}
+
+FUSEBOX_RUNTIME_API uploader::ticket uploader::copy(CUdeviceptr dst, storage_ptr src, std::size_t bytes) {
+  if (bytes > 0 && !src)
+    throw invalid_argument("fusebox: cuda::uploader::copy: a copy of " + std::to_string(bytes) +
+                           " bytes from empty host storage");
+  release_finished();
+  after_work_.record(work_stream().get());
+  side_.wait(after_work_);
+  copy_to_device_async(dst, src.get(), bytes, side_.get());
+  pending p{++last_id_, take_event(), std::move(src)};
+  p.done.record(side_.get());
+  pending_.push_back(std::move(p));
+  return {last_id_};
+}
+
+FUSEBOX_RUNTIME_API void uploader::use(ticket t) {
+  for (const pending& p : pending_)
+    if (p.id == t.id) {
+      work_stream().wait(p.done);
+      break;
+    }
+  // not pending: it has run already (released), or was never queued (id 0)
+  release_finished();
+}
+
+FUSEBOX_RUNTIME_API void uploader::sync() {
+  side_.sync();
+  while (!pending_.empty()) retire_front();
+}
+
+FUSEBOX_RUNTIME_API event uploader::take_event() {
+  if (spare_.empty()) return event(CU_EVENT_DISABLE_TIMING);
+  event e = std::move(spare_.back());
+  spare_.pop_back();
+  return e;
+}
+#endif
 
 }  // namespace fusebox::cuda
