@@ -4,4 +4,5 @@
 #pragma once
 
 #include "fusebox/backend/cuda.hpp"
+#include "fusebox/backend/cuda/uploader.hpp"  // batches staged to the device (data.hpp's pin_memory)
 #include "fusebox/jit.hpp"
