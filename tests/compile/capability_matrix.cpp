@@ -15,8 +15,8 @@
 //
 // The CUDA cells are tagged [cuda]. Without a GPU each one says it is skipped; where something can
 // be checked without one, it is: the CUDA program the run-time path would build for the model is
-// planned, its kernels rendered and compiled by NVRTC to compute_90 PTX (NVRTC needs no GPU), as
-// tests/cuda/compiled.cpp does, or the clear error a GPU-less call gives is checked.
+// planned, its kernels rendered and checked by NVRTC's front end (NVRTC needs no GPU; tests/cuda/
+// compiled.cpp takes such kernels down to PTX), or the clear error a GPU-less call gives is checked.
 //
 // Rows: 1 explain, 2 ab, 3 graph breaks and fullgraph, 4 value numbering, 5 dimension merging,
 // 6 cached rows, 7 matmul epilogues, 8 value_and_grad on dyn extents, 9 the nn training step on a
@@ -134,9 +134,8 @@ std::string joined(const std::vector<std::string>& names) {
 /// The CUDA program of expression type E as the run-time path plans it, every dyn extent set to
 /// `rows` (0: symbolic, as after a second batch size), for a call whose payloads of one type hold
 /// equal values (the models here hold literal scalars): `inspect(program, kernels)` reads its plan
-/// and its generated kernels as rendered, which NVRTC then compiles to compute_90 PTX (it needs no
-/// GPU; ptxas, which only adds register and shared-memory limits, is left out as in
-/// tests/cuda/compiled.cpp).
+/// and its generated kernels as rendered, which NVRTC then checks, front end only (it needs no
+/// GPU; fbt::nvrtc_front_end_only: tests/cuda/compiled.cpp takes the models' kernels down to PTX).
 template <class Prog, class Inspect>
 void cuda_program_of_prog(std::size_t rows, const char* name, Inspect&& inspect) {
   using D = fb::jit::dynamic_function<Prog, fb::jit::cuda_target>;
@@ -150,7 +149,7 @@ void cuda_program_of_prog(std::size_t rows, const char* name, Inspect&& inspect)
   REQUIRE(!kernels.empty());
   for (const auto& k : kernels) CHECK(contains(k.source, "fusebox_kernel_v1("));
   try {
-    fb::cuda::nvrtc_check(fb::jit::make_cuda_unit(kernels).source, name, "compute_90");
+    fb::cuda::nvrtc_check(fb::jit::make_cuda_unit(kernels).source, name, "compute_90", fbt::nvrtc_front_end_only);
   } catch (const fb::cuda::nvrtc_error& e) {
     FAIL(e.what());
   }

@@ -1,7 +1,7 @@
 // tests/ops/special_values.cpp: every elementwise op and every reduction on +-0, +-inf, NaN,
 // denormals and the largest finite values, in SIMD lanes and in scalar tails, on every path:
-// eager, static, the run-time JIT (CPU), and the NVRTC CUDA rendering (compiled to PTX without a
-// GPU; with one, run on the device against the same reference: the [cuda] case).
+// eager, static, the run-time JIT (CPU), and the NVRTC CUDA rendering (NVRTC's front end without
+// a GPU; with one, run on the device against the same reference: the [cuda] case).
 // The semantics are docs/architecture.md's "Numeric semantics": C's <cmath> and IEEE 754 as
 // PyTorch has them. The reference is written here in double, op by op (NaN propagation by hand:
 // std::fmax would drop a NaN).
@@ -34,6 +34,7 @@
 
 #include <fusebox/fusebox.hpp>
 
+#include "../support/gpu.hpp"
 #include "../support/private_cache.hpp"
 
 namespace fb = fusebox;
@@ -515,7 +516,7 @@ TEST_CASE("special values: sum, mean, max, min over rows and columns, a special 
   }
 }
 
-TEST_CASE("special values: the CUDA rendering of both families compiles with NVRTC (PTX without a GPU)",
+TEST_CASE("special values: the CUDA rendering of both families compiles with NVRTC (front end only without a GPU)",
           "[ops][special][codegen]") {
   if (!fb::cuda::nvrtc_available()) {
     WARN("NVRTC not found: skipped");
@@ -532,7 +533,7 @@ TEST_CASE("special values: the CUDA rendering of both families compiles with NVR
   try {
     const std::string source = fb::jit::make_cuda_unit(kernels).source;
     if (fb::cuda::available()) CHECK(!fb::cuda::nvrtc_compile(source, "special_values", "sm_90").cubin.empty());
-    else fb::cuda::nvrtc_check(source, "special_values", "compute_90");
+    else fb::cuda::nvrtc_check(source, "special_values", "compute_90", fbt::nvrtc_front_end_only);
   } catch (const fb::cuda::nvrtc_error& e) {
     FAIL(e.what());
   }
@@ -541,7 +542,7 @@ TEST_CASE("special values: the CUDA rendering of both families compiles with NVR
 TEST_CASE("special values on the GPU: every elementwise op (vector and scalar entries) and every reduction against "
           "the same reference", "[cuda][special]") {
   if (!fb::cuda::available()) {
-    WARN("no CUDA device: skipped (the device spellings were compiled to PTX by the [codegen] case)");
+    WARN("no CUDA device: skipped (the device spellings were checked by NVRTC in the [codegen] case)");
     return;
   }
   using dvec = fb::cuda::tensor<float, fb::shape<fb::dyn>>;

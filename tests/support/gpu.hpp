@@ -4,6 +4,9 @@
 // Depends on: fusebox's CUDA driver layer, Catch2.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include <catch2/catch.hpp>
 
 #include <fusebox/backend/cuda/driver.hpp>
@@ -16,3 +19,12 @@
       return;                                                                   \
     }                                                                           \
   } while (0)
+
+namespace fbt {
+/// NVRTC options of the sweeps without a GPU (the fuzzers, the capability matrix, special values):
+/// the front end only, which reports every error of a generator's CUDA C++ (syntax, types, overloads,
+/// an unknown intrinsic) without NVVM's optimiser and PTX. Those were 60% of jit.fuzz_ir's CPU time
+/// (84 -> 32 CPU-s with it, issue 22). tests/cuda/compiled.cpp still takes every model's kernels down
+/// to PTX, and on a GPU machine the sweeps build cubins.
+inline const std::vector<std::string> nvrtc_front_end_only{"--fdevice-syntax-only"};
+}  // namespace fbt
