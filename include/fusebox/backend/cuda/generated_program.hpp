@@ -647,22 +647,11 @@ struct cuda_program {
 };
 
 #ifdef FUSEBOX_RUNTIME_INSTANCE  // compiled once where a program asks for it (core/linkage.hpp)
+// float storage only: bfloat16, float16 and double programs are rarer, compiled where used.
 FUSEBOX_RUNTIME_INSTANCE struct cuda_program<float, 16>;
 FUSEBOX_RUNTIME_INSTANCE struct cuda_program<float, 32>;
 FUSEBOX_RUNTIME_INSTANCE struct cuda_program<float, 64>;
 FUSEBOX_RUNTIME_INSTANCE struct cuda_program<float, 128>;
-FUSEBOX_RUNTIME_INSTANCE struct cuda_program<double, 16>;
-FUSEBOX_RUNTIME_INSTANCE struct cuda_program<double, 32>;
-FUSEBOX_RUNTIME_INSTANCE struct cuda_program<double, 64>;
-FUSEBOX_RUNTIME_INSTANCE struct cuda_program<double, 128>;
-FUSEBOX_RUNTIME_INSTANCE struct cuda_program<bfloat16, 16>;
-FUSEBOX_RUNTIME_INSTANCE struct cuda_program<bfloat16, 32>;
-FUSEBOX_RUNTIME_INSTANCE struct cuda_program<bfloat16, 64>;
-FUSEBOX_RUNTIME_INSTANCE struct cuda_program<bfloat16, 128>;
-FUSEBOX_RUNTIME_INSTANCE struct cuda_program<float16, 16>;
-FUSEBOX_RUNTIME_INSTANCE struct cuda_program<float16, 32>;
-FUSEBOX_RUNTIME_INSTANCE struct cuda_program<float16, 64>;
-FUSEBOX_RUNTIME_INSTANCE struct cuda_program<float16, 128>;
 #endif
 
 }  // namespace fusebox::jit
