@@ -38,6 +38,18 @@ inline std::string call_site(const std::source_location& loc) {
   return loc.line() ? std::string() : std::string(" (an operator; call the named function for the source line)");
 }
 
+/// make_pointwise's check of one operand's run-time shape against the broadcast of those before it
+/// (`first`: none yet): not a template, so each op's instantiation keeps only the call (issue 22).
+inline void broadcast_runtime(dims& acc, bool& first, const dims& s, const char* op, const std::source_location& loc) {
+  const auto r = broadcast(acc, s);
+  if (!first && !r.ok)
+    throw shape_error(std::string(op) + ": shapes " + to_string(acc) + " and " + to_string(s) +
+                          " cannot broadcast (dimension -" + std::to_string(r.bad_dim + 1) + ")" + call_site(loc),
+                      loc);
+  acc = r.out;
+  first = false;
+}
+
 /// Eager: evaluate now. Capture: return the node.
 template <class E>
 auto finish(const E& e) {
@@ -64,22 +76,8 @@ auto make_pointwise(const std::source_location& loc, const X&... xs) {
     // Run-time extents: the same broadcasting rule, checked on the actual shapes.
     dims acc{};
     bool first = true;
-    std::apply(
-        [&](const auto&... leaf) {
-          (([&] {
-             const dims s = runtime_shape(leaf);
-             const auto r = broadcast(acc, s);
-             if (!first && !r.ok)
-               throw shape_error(std::string(Op::name) + ": shapes " + to_string(acc) + " and " + to_string(s) +
-                                     " cannot broadcast (dimension -" + std::to_string(r.bad_dim + 1) + ")" +
-                                     call_site(loc),
-                                 loc);
-             acc = r.out;
-             first = false;
-           }()),
-           ...);
-        },
-        e.args);
+    std::apply([&](const auto&... leaf) { (broadcast_runtime(acc, first, runtime_shape(leaf), Op::name, loc), ...); },
+               e.args);
   }
   return finish(e);
 }
