@@ -5,10 +5,12 @@
 //
 //   default                  header-only: every unit compiles what it calls (one-file programs)
 //   FUSEBOX_EXTERN_RUNTIME   in every unit of a program, and FUSEBOX_IMPLEMENTATION in exactly one
-//                            of them (which includes <fusebox/fusebox.hpp>): the other units see
-//                            explicit instantiation declarations (`extern template`) and compile
-//                            none of it; the implementation unit compiles it once. CMake:
-//                            fusebox_separate_runtime(<target>) (cmake/fusebox-runtime.cmake).
+//                            of them, which includes <fusebox/fusebox.hpp>, train.hpp and data.hpp
+//                            (tests/cmake/check-runtime-unit.cmake checks that it reaches every
+//                            header with such code): the other units see explicit instantiation
+//                            declarations (`extern template`) and declarations of the functions,
+//                            and compile none of it; the implementation unit compiles it once.
+//                            CMake: fusebox_add_runtime(<name>) (cmake/fusebox-runtime.cmake).
 //
 // Templates, after their definition, at the run-time path's padded node counts (16, 32, 64,
 // 128: pipeline/dynamic_function.hpp's NB; a larger model's is compiled in its own unit):
