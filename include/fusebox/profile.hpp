@@ -31,7 +31,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -368,17 +367,19 @@ inline std::string chrome_trace_json() {
   return out;
 }
 
-/// Writes chrome_trace_json() to `path`; throws fusebox::error naming the path on failure.
-inline void write_chrome_trace(const std::filesystem::path& path) {
+/// Writes chrome_trace_json() to `path`; throws fusebox::error naming the path on failure. A
+/// std::filesystem::path converts to std::string here, so this header does not need
+/// <filesystem> (about a tenth of what <fusebox/cpu.hpp> costs to parse; issue 22).
+inline void write_chrome_trace(const std::string& path) {
   const std::string json = chrome_trace_json();
   std::FILE* file = std::fopen(path.c_str(), "wb");
   if (!file)
-    throw fusebox::error("fusebox::profile: cannot write '" + path.string() +
+    throw fusebox::error("fusebox::profile: cannot write '" + path +
                          "': " + std::strerror(errno));
   const bool written = std::fwrite(json.data(), 1, json.size(), file) == json.size();
   const bool closed = std::fclose(file) == 0;
   if (!written || !closed)
-    throw fusebox::error("fusebox::profile: cannot write '" + path.string() +
+    throw fusebox::error("fusebox::profile: cannot write '" + path +
                          "': " + std::strerror(errno));
 }
 

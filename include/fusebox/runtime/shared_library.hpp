@@ -12,7 +12,6 @@
 // Depends on: the C++20 standard library, POSIX dlopen, fusebox/core/errors.hpp.
 #pragma once
 
-#include <filesystem>
 #include <string>
 #include <utility>
 
@@ -32,8 +31,10 @@ class shared_library {
  public:
   shared_library() = default;
 
-  /// Loads the file at `path` (never searched for).
-  explicit shared_library(const std::filesystem::path& path);
+  /// Loads the file at `path` (never searched for). A std::filesystem::path converts to
+  /// std::string here, so this header (which <fusebox/cpu.hpp> reaches through the CUDA driver
+  /// layer) does not need <filesystem> (issue 22).
+  explicit shared_library(const std::string& path);
 
   /// Loads a library by name through the dynamic loader's search (LD_LIBRARY_PATH, ld.so.cache).
   static shared_library system(const std::string& name);
@@ -72,8 +73,8 @@ class shared_library {
 
 // Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
 #if FUSEBOX_RUNTIME_BODIES
-FUSEBOX_RUNTIME_API shared_library::shared_library(const std::filesystem::path& path) {
-  std::string name = path.string();
+FUSEBOX_RUNTIME_API shared_library::shared_library(const std::string& path) {
+  std::string name = path;
   if (name.find('/') == std::string::npos) name = "./" + name;
   open(name);
 }
