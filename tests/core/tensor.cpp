@@ -75,6 +75,9 @@ TEST_CASE("dyn extents are given at construction, left to right", "[core][tensor
   CHECK_THROWS_WITH((fb::tensor<float, fb::shape<fb::dyn, 4>>(D({9, 5}))),
                     Catch::Contains("[9, 5]") && Catch::Contains("[?, 4]") && Catch::Contains("tensor.cpp"));
   CHECK_THROWS_AS((fb::tensor<float, fb::shape<fb::dyn, 4>>(D({9}))), fb::shape_error);  // wrong rank
+  // A higher rank whose leading extents fit: only the rank tells it apart.
+  CHECK_THROWS_WITH((fb::tensor<float, fb::shape<fb::dyn, 4>>(D({9, 4, 2}))),
+                    Catch::Contains("[9, 4, 2]") && Catch::Contains("[?, 4]"));
 
   // An empty dyn tensor is a valid value.
   fb::tensor<float, fb::shape<fb::dyn>> empty(0);
