@@ -11,7 +11,9 @@
 #   two_models_umbrella  the same from <fusebox/fusebox.hpp>
 #   two_models_eigen     bench/compile/two_models_eigen.cpp: the same work with Eigen 3.4 (the peer)
 #   quickstart           examples/quickstart.cpp
-#   <unit>_separate      include_all, include_cpu, two_models_fusebox, two_models_umbrella, quickstart with
+#   grad_block           bench/compile/grad_block.cpp: an attention block's gradient, eager and compiled
+#   grad_block_wall      the same with -Wall (GCC's -Wsequence-point was superlinear in such programs)
+#   <unit>_separate      include_all, include_cpu, two_models_fusebox, two_models_umbrella, quickstart, grad_block_wall with
 #                        FUSEBOX_EXTERN_RUNTIME:
 #                        the shape-independent code is in the implementation unit (core/linkage.hpp)
 #   runtime              that implementation unit (fusebox_add_runtime()'s source), compiled once a program
@@ -45,10 +47,14 @@ for entry in core cpu jit cuda train data; do  # the entry headers the README li
 done
 src[two_models_fusebox]="$root/bench/compile/two_models_fusebox.cpp"
 src[two_models_umbrella]="$root/bench/compile/two_models_fusebox.cpp"
+# unit name -> its own extra compiler arguments
 declare -A defs=([two_models_umbrella]=-DFUSEBOX_TWO_MODELS_UMBRELLA)
 [ -f /usr/include/eigen3/Eigen/Dense ] && src[two_models_eigen]="$root/bench/compile/two_models_eigen.cpp"
 src[quickstart]="$root/examples/quickstart.cpp"
-for u in include_all include_cpu two_models_fusebox two_models_umbrella quickstart; do
+src[grad_block]="$root/bench/compile/grad_block.cpp"
+src[grad_block_wall]="$root/bench/compile/grad_block.cpp"
+defs[grad_block_wall]=-Wall
+for u in include_all include_cpu two_models_fusebox two_models_umbrella quickstart grad_block_wall; do
   src[${u}_separate]="${src[$u]}"
   defs[${u}_separate]="${defs[$u]:-} -DFUSEBOX_EXTERN_RUNTIME"
 done
@@ -62,7 +68,8 @@ if [ ${#units[@]} -eq 0 ]; then
   for entry in core cpu jit cuda train data; do [ -n "${src[include_$entry]:-}" ] && units+=("include_$entry"); done
   units+=(two_models_fusebox two_models_umbrella)
   [ -n "${src[two_models_eigen]:-}" ] && units+=(two_models_eigen)
-  units+=(quickstart include_all_separate include_cpu_separate two_models_fusebox_separate quickstart_separate runtime)
+  units+=(quickstart grad_block grad_block_wall include_all_separate include_cpu_separate two_models_fusebox_separate quickstart_separate
+          grad_block_wall_separate runtime)
 fi
 
 echo "# build cost: $cxx $flags, $reps repetition(s), $(nproc) CPU(s), $(date -u '+%Y-%m-%d %H:%M UTC')"

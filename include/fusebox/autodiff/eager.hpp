@@ -42,9 +42,33 @@ struct eager_node<T, input_leaf<I, T, S>, Values, Nodes> {
   }
 };
 
+/// Node I's value, a direct base of node_values.
+template <std::size_t I, class V>
+struct value_slot {
+  V value;
+};
+/// Each node's value (empty until evaluated, and again once its last reader has run), found by the
+/// node's position. Not a std::tuple: std::get<I> on a tuple of N converts through I nested bases,
+/// and GCC's -Wsequence-point (in -Wall) compares every pair of those conversions, ~I^3 work for
+/// each index a program reads: half of a GPT-2 block's gradient unit (issue 22, docs/benchmarks.md).
+/// Here each value is one base away.
+template <class Seq, class... V>
+struct node_values;
+template <std::size_t... I, class... V>
+struct node_values<std::index_sequence<I...>, V...> : value_slot<I, V>... {};
+
+template <std::size_t I, class V>
+V& node_value(value_slot<I, V>& s) {
+  return s.value;
+}
+template <std::size_t I, class V>
+const V& node_value(const value_slot<I, V>& s) {
+  return s.value;
+}
+
 template <class T, class E, class Values, class Nodes>
 const value_of<T, E>& operand_value(const Values& values) {
-  return *std::get<index_in<E>(Nodes{})>(values);
+  return *node_value<index_in<E>(Nodes{})>(values);
 }
 
 template <class T, class Op, class... A, class Values, class Nodes>
@@ -149,7 +173,7 @@ template <class T, class Nodes>
 struct values_of;
 template <class T, class... N>
 struct values_of<T, meta::type_list<N...>> {
-  using type = std::tuple<std::optional<value_of<T, N>>...>;
+  using type = node_values<std::index_sequence_for<N...>, std::optional<value_of<T, N>>...>;
 };
 
 /// For each node, the position of its last reader (roots: never released).
@@ -185,11 +209,11 @@ std::tuple<tensor<T, shape_of_t<Roots>>...> evaluate_op_by_op(const Inputs& inpu
   [&]<class... N>(meta::type_list<N...>) {
     std::size_t j = 0;
     (([&] {
-       std::get<detail::index_in<N>(nodes{})>(values).emplace(
+       detail::node_value<detail::index_in<N>(nodes{})>(values).emplace(
            detail::eager_node<T, N, values_t, nodes>::run(values, inputs));
        // Release what nothing after node j reads.
        [&]<class... M>(meta::type_list<M...>) {
-         ((last[detail::index_in<M>(nodes{})] == j ? std::get<detail::index_in<M>(nodes{})>(values).reset()
+         ((last[detail::index_in<M>(nodes{})] == j ? detail::node_value<detail::index_in<M>(nodes{})>(values).reset()
                                                    : void()),
           ...);
        }(typename N::children{});
@@ -203,7 +227,7 @@ std::tuple<tensor<T, shape_of_t<Roots>>...> evaluate_op_by_op(const Inputs& inpu
     using roots = meta::type_list<Roots...>;
     constexpr std::array<std::size_t, sizeof...(Roots)> at{detail::index_in<Roots>(nodes{})...};
     auto take = [&]<std::size_t Q>(std::integral_constant<std::size_t, Q>) {
-      const auto& v = *std::get<at[Q]>(values);
+      const auto& v = *detail::node_value<at[Q]>(values);
       bool repeated = false;
       for (std::size_t q = 0; q < Q; ++q) repeated = repeated || at[q] == at[Q];
       using out_t = tensor<T, shape_of_t<meta::at_t<Q, roots>>>;

@@ -310,7 +310,7 @@ struct call_shapes {
 template <class Outs, class Prog, class Shapes>
 Outs outputs_at(const Shapes& shapes) {
   return [&]<std::size_t... R>(std::index_sequence<R...>) {
-    return Outs{std::tuple_element_t<R, Outs>(shapes[Prog::graph::outputs[R]].desc.shape)...};
+    return Outs{std::tuple_element_t<R, Outs>(shapes[Prog::graph::outputs[R]].desc.shape, fusebox::detail::internal_site)...};
   }(std::make_index_sequence<std::tuple_size_v<Outs>>{});
 }
 

@@ -137,13 +137,13 @@ auto evaluate_shape_generic(const E& e, cpu::runtime& rt) {
       d = in[0].shape;
       for (const auto& v : in) d = broadcast(d, v.shape).out;
     }
-    tensor<T, shape_of_t<E>> out(d);
+    tensor<T, shape_of_t<E>> out(d, detail::internal_site);
     cpu::eager::pointwise<Op>(in, out.view(), *rt.pool);
     return out;
   } else if constexpr (E::desc.kind == node_kind::matmul) {
     dims d = E::desc.shape;
     if constexpr (!E::desc.shape.is_static()) d = matmul_shape(e.a.view.shape, e.b.view.shape).out;
-    tensor<T, shape_of_t<E>> out(d);
+    tensor<T, shape_of_t<E>> out(d, detail::internal_site);
     cpu::eager::matmul<T>(e.a.view, e.b.view, out.view(), rt.workspace, *rt.pool);
     return out;
   } else {
@@ -155,7 +155,7 @@ auto evaluate_shape_generic(const E& e, cpu::runtime& rt) {
       for (std::size_t k = static_cast<std::size_t>(E::desc.axis); k + 1 < d.rank; ++k) d[k] = d[k + 1];
       --d.rank;
     }
-    tensor<T, shape_of_t<E>> out(d);
+    tensor<T, shape_of_t<E>> out(d, detail::internal_site);
     cpu::eager::reduce<Op>(in, static_cast<std::size_t>(E::desc.axis), out.view(), *rt.pool);
     return out;
   }
@@ -188,7 +188,7 @@ auto evaluate_by_program(const E& e, cpu::runtime& rt) {
   using std::get;
   cpu::bind_inputs<P>(f, roots, inputs);
   const dims d = P::all_static ? E::desc.shape : f.loc[P::graph::outputs[0]].shape;
-  tensor<T, shape_of_t<E>> out(d);
+  tensor<T, shape_of_t<E>> out(d, detail::internal_site);
   auto outs = std::tie(out);
   cpu::bind_and_run<P>(f, outs, rt);
   return out;
