@@ -37,12 +37,16 @@ struct visit<L, E, false> {
 
 inline constexpr std::size_t npos = static_cast<std::size_t>(-1);
 
-/// Position of E in the list, or npos.
+/// Position of E in the list (its last, where a graph's node types hold it twice), or npos.
+/// Instantiated once per node of a program over all its nodes: flags from FUSEBOX_SAME_TYPE and a
+/// loop, not a fold of std::is_same_v (the pairs' instantiations and the fold were ~10% of a GPT-2
+/// block's gradient unit; docs/benchmarks.md, run AH).
 template <class E, class... Ts>
 constexpr std::size_t index_in(meta::type_list<Ts...>) {
-  std::size_t i = 0, at = npos;
-  ((std::is_same_v<E, Ts> ? (at = i, ++i) : ++i), ...);
-  return at;
+  constexpr bool same[] = {FUSEBOX_SAME_TYPE(E, Ts)..., false};
+  for (std::size_t i = sizeof...(Ts); i-- > 0;)
+    if (same[i]) return i;
+  return npos;
 }
 
 // Concatenation as a fold over an operator, not a recursion as long as the list of lists.

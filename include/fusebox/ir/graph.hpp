@@ -120,17 +120,21 @@ struct builder {
 /// fusebox program from building with UBSan.
 template <class E, class... All>
 constexpr int first_index(meta::type_list<All...>) {
-  int i = 0, found = -1;
-  ((found = found < 0 && std::is_same_v<E, All> ? i : found, ++i), ...);
-  return found;
+  // Flags and a loop, not a fold of std::is_same_v: as autodiff's index_in (dag.hpp).
+  constexpr bool same[] = {FUSEBOX_SAME_TYPE(E, All)..., false};
+  for (int i = 0; i < static_cast<int>(sizeof...(All)); ++i)
+    if (same[i]) return i;
+  return -1;
 }
 
 /// The position of E's last occurrence in All before position `end`, or -1 (a payload node's
 /// twin: ids are positions in All, since lower_into walks the tree as `collect` did).
 template <class E, class... All>
 constexpr int last_index_before(meta::type_list<All...>, int end) {
-  int i = 0, found = -1;
-  ((found = i < end && std::is_same_v<E, All> ? i : found, ++i), ...);
+  constexpr bool same[] = {FUSEBOX_SAME_TYPE(E, All)..., false};
+  int found = -1;
+  for (int i = 0; i < end && i < static_cast<int>(sizeof...(All)); ++i)
+    if (same[i]) found = i;
   return found;
 }
 
