@@ -11,7 +11,8 @@
 
 /// Whether A and B are one type, without instantiating a template for the pair. Lookups by type in
 /// a program's node list compare each node with every other (N^2 pairs for N nodes, ~300 in a
-/// GPT-2 block's gradient), and a std::is_same_v<A, B> per pair was ~15% of such a unit's compile.
+/// GPT-2 block's gradient): a std::is_same_v<A, B> per pair, in a fold, was ~10% of such a unit's
+/// compile (docs/benchmarks.md, run AH).
 #if defined(__has_builtin)
 #if __has_builtin(__is_same)
 #define FUSEBOX_SAME_TYPE(A, B) __is_same(A, B)
