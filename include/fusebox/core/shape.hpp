@@ -85,7 +85,16 @@ inline std::string to_string(const dims& d) {
   for (std::size_t i = 0; i < d.rank; ++i) {
     if (i) s += ", ";
     const std::size_t e = d.extent[i];
-    s += e == dyn ? std::string("?") : is_known_extent(e) ? std::to_string(e) : "s" + std::to_string(e - symbol_base);
+    // Appended piece by piece: GCC 12 at -O2 flags `"s" + std::to_string(...)` with a known false
+    // -Wrestrict inside std::string, in every unit built with -Wall that inlines this.
+    if (e == dyn) {
+      s += '?';
+    } else if (is_known_extent(e)) {
+      s += std::to_string(e);
+    } else {
+      s += 's';
+      s += std::to_string(e - symbol_base);
+    }
   }
   return s + "]";
 }

@@ -26,7 +26,7 @@
 #include <cstddef>
 #include <vector>
 
-#include <xsimd/xsimd.hpp>
+#include <fusebox/backend/cpu/vector_isa.hpp>
 
 #include "fusebox/backend/cpu/thread_pool.hpp"
 #include "fusebox/core/tensor.hpp"

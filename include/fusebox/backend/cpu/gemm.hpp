@@ -87,7 +87,7 @@
 #include <fusebox/backend/cpu/vmath.hpp>  // detail::fma: fused at every -O level (xsimd 8.1 has no AVX-512 fma)
 #include <fusebox/core/linkage.hpp>
 
-#include <xsimd/xsimd.hpp>
+#include <fusebox/backend/cpu/vector_isa.hpp>  // xsimd and <immintrin.h>
 
 #include <algorithm>
 #include <cstddef>
@@ -100,10 +100,6 @@
 #include <utility>
 #include <memory>
 #include <vector>
-
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 
 namespace fusebox::cpu {
 

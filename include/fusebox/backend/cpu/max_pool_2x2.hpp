@@ -28,7 +28,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include <xsimd/xsimd.hpp>
+#include <fusebox/backend/cpu/vector_isa.hpp>
 
 #if XSIMD_WITH_SSE2
 #define FUSEBOX_MAX_POOL_2X2_SIMD 1

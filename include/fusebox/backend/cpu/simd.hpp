@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <type_traits>
 
-#include <xsimd/xsimd.hpp>
+#include <fusebox/backend/cpu/vector_isa.hpp>
 
 namespace fusebox::cpu {
 

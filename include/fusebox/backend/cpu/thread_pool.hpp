@@ -39,8 +39,10 @@
 
 #include "fusebox/core/linkage.hpp"
 
+// _mm_pause only: <xmmintrin.h> (SSE), not <immintrin.h>, whose AVX-512 part is what
+// backend/cpu/vector_isa.hpp must be the first to include (its comment says why).
 #if defined(__x86_64__) || defined(__i386__) || defined(_M_X64) || defined(_M_IX86)
-#include <immintrin.h>
+#include <xmmintrin.h>
 #endif
 
 namespace fusebox::cpu {

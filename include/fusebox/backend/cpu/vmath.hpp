@@ -34,7 +34,7 @@
 // the reduced ranges named in each kernel; the fitted error of each kernel is noted beside it.
 #pragma once
 
-#include <xsimd/xsimd.hpp>
+#include <fusebox/backend/cpu/vector_isa.hpp>
 
 #include <array>
 #include <bit>
