@@ -11,7 +11,13 @@
 # runs. The machine's speed drifts, so only ratios of alternated runs in one invocation count.
 #
 # Environment: CXX (g++), CPPFLAGS (extra -I for xsimd/Boost.Hana, e.g. -I$PWD/.deps/usr/include),
-# AB_DIR (where the binaries and JSON go; default build-ab/).
+# AB_DIR (where the binaries and JSON go; default build-ab/), AB_CALLS (instead of timing: each
+# binary runs once under valgrind's callgrind with --calls=AB_CALLS, and the script prints each
+# candidate's instructions per call, old and new. Instruction counts do not drift with the machine;
+# they are not time either (alignment, cache and frequency effects are not in them). Use
+# --threads=1: worker threads that spin make counts vary; pass --workloads to keep it short; the
+# builds are -march=x86-64-v3, since valgrind decodes no AVX-512), AB_MARCH (-march for both
+# builds; default native, or x86-64-v3 with AB_CALLS).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 old="${1:?usage: bench/cpu_ab.sh OLD_TREE [PAIRS] [-- cpu_workloads arguments]}"
@@ -24,12 +30,14 @@ args=("$@")
 out="${AB_DIR:-$root/build-ab}"
 mkdir -p "$out"
 cxx="${CXX:-g++}"
+# valgrind has no AVX-512: counted builds are AVX2 + FMA unless AB_MARCH says otherwise.
+march="${AB_MARCH:-$([ -n "${AB_CALLS:-}" ] && echo x86-64-v3 || echo native)}"
 
 build() {  # build NAME INCLUDE_DIR
-  "$cxx" -std=c++20 -O3 -DNDEBUG -march=native ${CPPFLAGS:-} -I"$2" -I"$root/bench" \
+  "$cxx" -std=c++20 -O3 -DNDEBUG -march="$march" ${CPPFLAGS:-} -I"$2" -I"$root/bench" \
     "$root/bench/cpu_workloads.cpp" -o "$out/cpu_workloads_$1" -lpthread -ldl
 }
-echo "# building old ($old/include) and new ($root/include) in parallel"
+echo "# building old ($old/include) and new ($root/include) in parallel, -march=$march"
 build old "$old/include" & pid_old=$!
 build new "$root/include" & pid_new=$!
 wait $pid_old && wait $pid_new
@@ -43,6 +51,35 @@ run() {  # run NAME PAIR (cpu_workloads appends to --out)
   "$out/cpu_workloads_$1" --systems=fusebox "${args[@]}" --out="$out/run.jsonl" > /dev/null
   sed "s/^{/{\"tree\":\"$1\",\"pair\":$2,/" "$out/run.jsonl" >> "$out/ab.jsonl"
 }
+if [ -n "${AB_CALLS:-}" ]; then
+  # Both at once (a count does not depend on what else runs); the program starts instrumentation
+  # around its counted calls only, so the set-up runs uninstrumented.
+  for t in old new; do
+    rm -f "$out/callgrind.$t".*
+    valgrind --tool=callgrind --instr-atstart=no --dump-instr=no --callgrind-out-file="$out/callgrind.$t.%p" \
+      "$out/cpu_workloads_$t" --systems=fusebox --calls="$AB_CALLS" "${args[@]}" 2> "$out/callgrind.$t.log" \
+      | grep '^# counted' | sed "s/^/$t /" &
+  done
+  wait
+  # Each dump: "desc: Trigger: Client Request: <candidate>" and "summary: <instructions>".
+  python3 - "$out" "$AB_CALLS" <<'EOF'
+import glob, re, sys
+out, calls = sys.argv[1], int(sys.argv[2])
+ir = {"old": {}, "new": {}}
+for t in ir:
+    for f in glob.glob(f"{out}/callgrind.{t}.*"):
+        if f.endswith(".log"): continue
+        text = open(f).read()
+        name = re.search(r"^desc: Trigger: Client Request: (.*)$", text, re.M)
+        total = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
+        if name and total: ir[t][name.group(1)] = int(total.group(1)) / calls
+print(f"{'candidate':<72} {'old Ir/call':>14} {'new Ir/call':>14} new/old")
+for name in sorted(set(ir["old"]) & set(ir["new"])):
+    o, n = ir["old"][name], ir["new"][name]
+    print(f"{name[:72]:<72} {o:14.0f} {n:14.0f} " + (f"{n / o:.4f}" if o else "(none counted)"))
+EOF
+  exit 0
+fi
 for p in $(seq 1 "$pairs"); do
   if [ $((p % 2)) = 1 ]; then run old "$p"; run new "$p"; else run new "$p"; run old "$p"; fi
   echo "# pair $p done (load average: $(uptime | sed 's/.*load average: *//'))"

@@ -8,6 +8,11 @@
 //   cpu_workloads [--systems=limit,fusebox,eigen,libtorch,openblas] [--workloads=W1c,W2c,W3c_b1,...]
 //                 [--threads=1,2] [--out=results.jsonl] [--limits=results.jsonl] [--quick] [--round=N]
 //   cpu_workloads --table=results.jsonl     the table and the targets from a results file
+//   valgrind --tool=callgrind --instr-atstart=no cpu_workloads --calls=N --systems=fusebox ...
+//                                           instructions, not time: each candidate makes exactly N
+//                                           calls after its checked one, nothing is timed, and under
+//                                           callgrind only those calls are counted, one dump each
+//                                           (AB_CALLS=N bench/cpu_ab.sh compares two trees)
 //
 // For each workload and thread count, every configuration of every system is set up first, then
 // all are timed in interleaved rounds (harness.hpp, measure_interleaved): on a shared machine the
@@ -29,6 +34,13 @@
 #include "cpu_workloads.hpp"
 #include "harness.hpp"
 
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#define FUSEBOX_BENCH_CALLGRIND 1
+#else
+#define FUSEBOX_BENCH_CALLGRIND 0
+#endif
+
 namespace fb = fusebox;
 
 namespace fusebox::bench {
@@ -46,6 +58,7 @@ struct cli {
   std::string out, limits, table;
   bool quick = false;
   int round = 0;
+  int calls = 0;  ///< > 0: count instructions of this many calls per candidate instead of timing
   std::size_t stream_mib = 256;
 };
 
@@ -83,11 +96,13 @@ cli parse(int argc, char** argv) {
       c.stream_mib = std::stoul(v);
     } else if (k == "--round") {
       c.round = std::stoi(v);
+    } else if (k == "--calls") {
+      c.calls = std::stoi(v);
     } else {
       std::fprintf(stderr,
                    "usage: cpu_workloads [--systems=limit,fusebox,eigen,libtorch,openblas] "
                    "[--workloads=W1c,W2c,W3c_b1,W3c_b32,W3c_b256] [--threads=1,2] [--out=FILE] [--limits=FILE] "
-                   "[--quick] [--stream-mib=256] [--round=N] | --table=FILE\n");
+                   "[--quick] [--stream-mib=256] [--round=N] [--calls=N] | --table=FILE\n");
       std::exit(a == "--help" ? 0 : 2);
     }
   }
@@ -396,6 +411,28 @@ interleave_config config_for(const cli& c) {
   return m;
 }
 
+/// --calls: each candidate's calls alone between callgrind's start and dump (a no-op when not
+/// under callgrind), so that two builds of the same source compare in instructions, which do not
+/// drift with the machine's speed as time does. Nothing is timed or written but one line each.
+void count_calls(const cli& c, const std::string& workload, unsigned threads, const candidates& cs,
+                 const std::vector<double>& err) {
+  for (std::size_t i = 0; i < cs.size(); ++i) {
+    const std::string name = workload + " " + cs[i].system + " " + cs[i].mode + " " + cs[i].config;
+    if (cs[i].prepare) cs[i].prepare();
+#if FUSEBOX_BENCH_CALLGRIND
+    CALLGRIND_START_INSTRUMENTATION;
+    CALLGRIND_ZERO_STATS;
+#endif
+    for (int k = 0; k < c.calls; ++k) cs[i].call();
+#if FUSEBOX_BENCH_CALLGRIND
+    CALLGRIND_DUMP_STATS_AT(name.c_str());
+    CALLGRIND_STOP_INSTRUMENTATION;
+#endif
+    std::printf("# counted %d calls: %s (threads %u, max_rel_err %.2g%s)\n", c.calls, name.c_str(), threads, err[i],
+                err[i] >= 0 && !(err[i] <= check_tolerance) ? ", CHECK FAILED" : "");
+  }
+}
+
 /// Checks every candidate's output, times all of them in interleaved rounds, writes the records.
 void run_group(const cli& c, const limits& lim, const std::string& workload, const work& w,
                const std::vector<double>& ref, unsigned threads, const candidates& cs) {
@@ -406,6 +443,10 @@ void run_group(const cli& c, const limits& lim, const std::string& workload, con
     const auto out = cs[i].output();
     if (out.empty()) continue;
     err[i] = out.size() == ref.size() ? max_rel_err(out.data(), ref.data(), out.size()) : INFINITY;
+  }
+  if (c.calls > 0) {
+    count_calls(c, workload, threads, cs, err);
+    return;
   }
   std::vector<contender> con;
   for (const auto& k : cs) con.push_back({k.prepare, k.call});

@@ -72,9 +72,11 @@ void pointwise(const std::array<strided<const T>, N>& operands, const strided<T>
   }
   const std::size_t n = space.back(0), rows = space.size() / n;
   bool vector_rows = true;  // every operand unit-stride or broadcast along the row
+  bool unit_rows = true;    // every operand unit-stride along the row: plain loads, no choice per vector
   for (std::size_t i = 0; i < N; ++i) {
     const std::ptrdiff_t s = in[i].stride[space.rank - 1];
     vector_rows = vector_rows && (s == 0 || s == 1);
+    unit_rows = unit_rows && s == 1;
   }
   for_rows(rows, n, pool, [&](std::size_t first, std::size_t end) {
     for (std::size_t r = first; r < end; ++r) {
@@ -86,7 +88,17 @@ void pointwise(const std::array<strided<const T>, N>& operands, const strided<T>
       }
       T* o = out.data + r * n;
       std::size_t j = 0;
-      if (vector_rows) {
+      // Rows of unit-stride operands take plain loads: GCC left the per-operand choice below in
+      // the loop of some ops (gelu over [4096, 4096] at AVX2: 5.6% more instructions with it;
+      // docs/benchmarks.md, run AI).
+      if (unit_rows) {
+        for (; j + W <= n; j += W) {
+          const V y = [&]<std::size_t... I>(std::index_sequence<I...>) {
+            return Op::apply(V::load_unaligned(p[I] + j)...);
+          }(std::make_index_sequence<N>{});
+          y.store_unaligned(o + j);
+        }
+      } else if (vector_rows) {
         for (; j + W <= n; j += W) {
           const V y = [&]<std::size_t... I>(std::index_sequence<I...>) {
             return Op::apply((s[I] == 0 ? V(*p[I]) : V::load_unaligned(p[I] + j))...);
