@@ -87,26 +87,29 @@ void pointwise(const std::array<strided<const T>, N>& operands, const strided<T>
         s[i] = in[i].stride[space.rank - 1];
       }
       T* o = out.data + r * n;
+      // The row length as a local: xsimd's stores are may_alias, so GCC reloaded the captured `n`
+      // from memory after each vector (two loads of nine instructions a vector in an add).
+      const std::size_t cols = n;
       std::size_t j = 0;
       // Rows of unit-stride operands take plain loads: GCC left the per-operand choice below in
       // the loop of some ops (gelu over [4096, 4096] at AVX2: 5.6% more instructions with it;
       // docs/benchmarks.md, run AI).
       if (unit_rows) {
-        for (; j + W <= n; j += W) {
+        for (; j + W <= cols; j += W) {
           const V y = [&]<std::size_t... I>(std::index_sequence<I...>) {
             return Op::apply(V::load_unaligned(p[I] + j)...);
           }(std::make_index_sequence<N>{});
           y.store_unaligned(o + j);
         }
       } else if (vector_rows) {
-        for (; j + W <= n; j += W) {
+        for (; j + W <= cols; j += W) {
           const V y = [&]<std::size_t... I>(std::index_sequence<I...>) {
             return Op::apply((s[I] == 0 ? V(*p[I]) : V::load_unaligned(p[I] + j))...);
           }(std::make_index_sequence<N>{});
           y.store_unaligned(o + j);
         }
       }
-      for (; j < n; ++j)
+      for (; j < cols; ++j)
         o[j] = [&]<std::size_t... I>(std::index_sequence<I...>) {
           return Op::apply(p[I][static_cast<std::ptrdiff_t>(j) * s[I]]...);
         }(std::make_index_sequence<N>{});
