@@ -30,7 +30,7 @@ for a in "$@"; do
   esac
 done
 build=${BUILD:-$root/build-gpu}
-cuda_tagged="fusebox_test_ops_special_values fusebox_test_ops_cumsum fusebox_test_compile_backend fusebox_test_autodiff_grad fusebox_test_compile_capability_matrix fusebox_test_nn_gpt2"
+cuda_tagged="fusebox_test_ops_special_values fusebox_test_ops_cumsum fusebox_test_compile_backend fusebox_test_autodiff_grad fusebox_test_compile_capability_matrix"
 jobs=$(nproc)
 export FUSEBOX_CACHE_DIR=${FUSEBOX_CACHE_DIR:-$build/fusebox-cache}
 step() { local t0=$SECONDS; echo "==> $1"; shift; "$@"; local rc=$?; echo "==> rc=$rc ($((SECONDS - t0)) s)"; return $rc; }
@@ -38,10 +38,10 @@ step() { local t0=$SECONDS; echo "==> $1"; shift; "$@"; local rc=$?; echo "==> r
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$out/gpu.txt"
 if [ $build_step = 1 ]; then
   step configure cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DFUSEBOX_BUILD_TESTS=ON \
-    -DFUSEBOX_BUILD_BENCH=ON -DFUSEBOX_BUILD_EXAMPLES=ON -DFUSEBOX_TEST_NVCC=ON \
+    -DFUSEBOX_BUILD_BENCH=ON -DFUSEBOX_BUILD_EXAMPLES=ON -DFUSEBOX_TEST_NVCC=ON -DFUSEBOX_TEST_CUDA_DEVICE=ON \
     -DCMAKE_PREFIX_PATH="$root/.deps/usr" >"$out/configure.log" 2>&1 || tail -30 "$out/configure.log"
   targets="bench_gpu"
-  [ $tests = 1 ] && targets="$targets fusebox_test_cuda_loader fusebox_test_cuda_runtime fusebox_test_cuda_compiled fusebox_test_cuda_attention_backward fusebox_test_cuda_optim fusebox_test_cuda_cudnn fusebox_test_cuda_staging"
+  [ $tests = 1 ] && targets="$targets fusebox_test_cuda_loader fusebox_test_cuda_runtime fusebox_test_cuda_compiled fusebox_test_cuda_codegen fusebox_test_cuda_attention_backward fusebox_test_cuda_attention_backward_codegen fusebox_test_nn_gpt2_device fusebox_test_cuda_optim fusebox_test_cuda_cudnn fusebox_test_cuda_staging"
   # Tests labelled by what they test whose [cuda] cases need the GPU (they skip without one).
   [ $tests = 1 ] && targets="$targets $cuda_tagged"
   [ $tests = 1 ] && grep -q "building cuda.static_nvcc" "$out/configure.log" && targets="$targets fusebox_test_cuda_static_nvcc"

@@ -13,6 +13,7 @@
 #include <fusebox/fusebox.hpp>
 
 #include "../support/gpu.hpp"
+#include "../support/prelude_seed.hpp"
 #include "fuzz.hpp"
 
 #include <algorithm>
@@ -226,6 +227,7 @@ TEST_CASE("seeded random programs agree: eager == static == JIT == double refere
   // A cache of this test's own, so the kernels are really generated and compiled here.
   fb::jit::temp_directory cache_dir(fb::jit::detail::temp_root(), "fusebox-fuzz-");
   ::setenv("FUSEBOX_CACHE_DIR", cache_dir.path().c_str(), 1);
+  fbt::seed_prelude(cache_dir.path());
   std::vector<case_result> cases = all_cases(std::make_index_sequence<FUSEBOX_FUZZ_COUNT>{});
   std::vector<fb::jit::rendered_kernel> all;
   for (const auto& c : cases) all.insert(all.end(), c.sources.begin(), c.sources.end());

@@ -30,6 +30,7 @@
 #include <fusebox/fusebox.hpp>
 
 #include "../support/gpu.hpp"
+#include "../support/prelude_seed.hpp"
 
 namespace {
 
@@ -591,6 +592,7 @@ struct prepared_case {
 TEST_CASE("hundreds of random IR programs: JIT (exact and symbolic) == double interpreter", "[jit][fuzz]") {
   fb::jit::temp_directory cache_dir(fb::jit::detail::temp_root(), "fusebox-fuzz-ir-");
   ::setenv("FUSEBOX_CACHE_DIR", cache_dir.path().c_str(), 1);
+  fbt::seed_prelude(cache_dir.path());
   const std::size_t batches[] = {1, 2, 3, 5}, rows[] = {1, 2, 7, 33}, cols[] = {1, 3, 16, 37};
   std::vector<prepared_case> cases;
   std::vector<fb::jit::rendered_kernel> all;

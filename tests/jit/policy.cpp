@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -21,6 +22,20 @@ namespace fb = fusebox;
 namespace {
 
 void cache() { fbt::use_private_cache("fusebox-policy-"); }
+
+}  // namespace
+
+// Not a check: the CTest fixture jit.prelude_seed runs this case alone, with FUSEBOX_CACHE_DIR set
+// to the seed directory and FUSEBOX_CXXFLAGS=-O1, to build the precompiled prelude once for the
+// tests that start from fresh caches (support/prelude_seed.hpp). Hidden from the default run.
+TEST_CASE("the kernel prelude the tests' fresh caches start with", "[.prelude_seed]") {
+  const std::filesystem::path file = fb::jit::kernel_store::instance().prelude_file();
+  INFO("FUSEBOX_CACHE_DIR=" << (std::getenv("FUSEBOX_CACHE_DIR") ? std::getenv("FUSEBOX_CACHE_DIR") : "(unset)"));
+  REQUIRE(!file.empty());
+  CHECK(std::filesystem::is_regular_file(file));
+}
+
+namespace {
 
 auto model = [](auto x, auto w, auto b) { return fb::softmax(fb::gelu(fb::matmul(x, w) + b)); };
 using X = fb::tensor<float, fb::shape<fb::dyn, 24>>;
