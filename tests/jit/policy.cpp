@@ -28,11 +28,19 @@ void cache() { fbt::use_private_cache("fusebox-policy-"); }
 // Not a check: the CTest fixture jit.prelude_seed runs this case alone, with FUSEBOX_CACHE_DIR set
 // to the seed directory and FUSEBOX_CXXFLAGS=-O1, to build the precompiled prelude once for the
 // tests that start from fresh caches (support/prelude_seed.hpp). Hidden from the default run.
+// The seed keeps only the current prelude: a build tree's earlier runs (other headers) left theirs,
+// which every user would otherwise copy too.
 TEST_CASE("the kernel prelude the tests' fresh caches start with", "[.prelude_seed]") {
-  const std::filesystem::path file = fb::jit::kernel_store::instance().prelude_file();
+  namespace fs = std::filesystem;
+  const fs::path file = fb::jit::kernel_store::instance().prelude_file();
   INFO("FUSEBOX_CACHE_DIR=" << (std::getenv("FUSEBOX_CACHE_DIR") ? std::getenv("FUSEBOX_CACHE_DIR") : "(unset)"));
   REQUIRE(!file.empty());
-  CHECK(std::filesystem::is_regular_file(file));
+  REQUIRE(fs::is_regular_file(file));
+  const fs::path entry = fs::canonical(file).parent_path();
+  REQUIRE(entry.parent_path().filename() == "artifacts");  // published in the seed cache, not private
+  for (const auto& other : fs::directory_iterator(entry.parent_path()))
+    if (other.path() != entry) fs::remove_all(other.path());
+  CHECK(std::distance(fs::directory_iterator(entry.parent_path()), fs::directory_iterator()) == 1);
 }
 
 namespace {
