@@ -4,12 +4,14 @@
 
 #include <fusebox/fusebox.hpp>
 
+#include "../support/gelu_sigmoid.hpp"
+
 namespace fbt::cuda_models {
 
 namespace fb = fusebox;
 
-/// W1: elementwise with row broadcasts.
-inline constexpr auto w1 = [](auto x, auto w, auto b) { return fb::gelu(x * w + b) * fb::sigmoid(x); };
+/// W1: elementwise with row broadcasts, gelu(x * w + b) * sigmoid(x).
+inline constexpr auto w1 = fbt::gelu_sigmoid;
 /// W2: softmax then layer_norm along rows.
 inline constexpr auto w2 = [](auto x, auto g, auto b) { return fb::layer_norm(fb::softmax(x), g, b, 1e-5f); };
 /// W3's layer: matmul + bias + GELU.

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -41,6 +42,28 @@ TEST_CASE("the kernel prelude the tests' fresh caches start with", "[.prelude_se
   for (const auto& other : fs::directory_iterator(entry.parent_path()))
     if (other.path() != entry) fs::remove_all(other.path());
   CHECK(std::distance(fs::directory_iterator(entry.parent_path()), fs::directory_iterator()) == 1);
+}
+
+// First of the cases that run, so that the prelude is not prepared yet in this process: with the
+// fixture's seed in its private cache, the kernel store finds it there and builds none of its own
+// (the log line is the only trace of a build). Without the seed (run outside CTest) nothing to check.
+TEST_CASE("with the fixture's seed, a fresh private cache builds no kernel prelude of its own", "[jit][policy]") {
+  cache();
+  if (std::getenv("FUSEBOX_TEST_PRELUDE_SEED") == nullptr) {
+    WARN("FUSEBOX_TEST_PRELUDE_SEED unset (not run by CTest): nothing to check");
+    return;
+  }
+  std::vector<std::string> lines;
+  fb::jit::set_log(fb::jit::log_category::kernels, true);
+  fb::jit::set_log_sink([&lines](std::string_view line) { lines.emplace_back(line); });
+  const std::filesystem::path file = fb::jit::kernel_store::instance().prelude_file();
+  fb::jit::set_log_sink({});
+  fb::jit::set_log(fb::jit::log_category::kernels, false);
+  CHECK(file.string().find(std::getenv("FUSEBOX_CACHE_DIR")) == 0);  // the private cache's copy
+  for (const auto& line : lines) {
+    INFO(line);
+    CHECK(line.find("precompiled the kernel prelude") == std::string::npos);
+  }
 }
 
 namespace {
