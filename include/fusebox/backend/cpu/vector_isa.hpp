@@ -11,7 +11,7 @@
 // diagnostic pragmas in one); -Wno-maybe-uninitialized -Wno-uninitialized is their remedy.
 // Every fusebox header reaches xsimd and <immintrin.h> through this one (thread_pool.hpp takes
 // _mm_pause from <xmmintrin.h>, which has no AVX-512 part).
-// Depends on: xsimd.
+// Depends on: xsimd, <immintrin.h> (included first).
 #pragma once
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -20,11 +20,27 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
-#include <xsimd/xsimd.hpp>
-
 #if defined(__x86_64__) || defined(__i386__) || defined(_M_X64) || defined(_M_IX86)
 #include <immintrin.h>
 #endif
+
+// Without optimisation (-O0, CMake's Debug) GCC 12 defines some AVX-512 intrinsics as macros
+// instead of functions. Two of them, _mm512_mask_blend_epi8 and _epi16, cast their operands in C
+// style, which does not reach xsimd's conversion from batch<T> to __m512i: every switch in
+// xsimd's integer select instantiates them, so a Debug build on an AVX-512 machine that used pow,
+// select or a comparison on integers did not compile. Defined here as the functions they are with
+// optimisation, before xsimd reads them (a program that includes xsimd before fusebox still sees
+// the macros: include fusebox first).
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__OPTIMIZE__) && defined(__AVX512BW__)
+#undef _mm512_mask_blend_epi8
+#undef _mm512_mask_blend_epi16
+extern __inline __m512i __attribute__((__gnu_inline__, __always_inline__, __artificial__))
+_mm512_mask_blend_epi8(__mmask64 u, __m512i a, __m512i w) { return _mm512_mask_mov_epi8(a, u, w); }
+extern __inline __m512i __attribute__((__gnu_inline__, __always_inline__, __artificial__))
+_mm512_mask_blend_epi16(__mmask32 u, __m512i a, __m512i w) { return _mm512_mask_mov_epi16(a, u, w); }
+#endif
+
+#include <xsimd/xsimd.hpp>
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
