@@ -17,7 +17,11 @@
 # they are not time either (alignment, cache and frequency effects are not in them). Use
 # --threads=1: worker threads that spin make counts vary; pass --workloads to keep it short; the
 # builds are -march=x86-64-v3, since valgrind decodes no AVX-512), AB_MARCH (-march for both
-# builds; default native, or x86-64-v3 with AB_CALLS).
+# builds; default native, or x86-64-v3 with AB_CALLS), AB_CODE (instead of timing: compare the two
+# binaries' machine code function by function, at the ISA they were built for: objdump's
+# instructions with addresses and RIP-relative offsets taken out, call targets kept by name. Code
+# that is the same runs the same, at any width, which neither timing on these machines (+-8%) nor
+# valgrind (no AVX-512) can show to 3%; prints the functions that differ, largest first).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 old="${1:?usage: bench/cpu_ab.sh OLD_TREE [PAIRS] [-- cpu_workloads arguments]}"
@@ -51,6 +55,42 @@ run() {  # run NAME PAIR (cpu_workloads appends to --out)
   "$out/cpu_workloads_$1" --systems=fusebox "${args[@]}" --out="$out/run.jsonl" > /dev/null
   sed "s/^{/{\"tree\":\"$1\",\"pair\":$2,/" "$out/run.jsonl" >> "$out/ab.jsonl"
 }
+if [ -n "${AB_CODE:-}" ]; then
+  python3 - "$out/cpu_workloads_old" "$out/cpu_workloads_new" <<'EOF'
+import re, subprocess, sys
+def functions(binary):
+    """name -> normalised instruction list, from objdump -d (demangled)."""
+    text = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", binary], capture_output=True,
+                          text=True, check=True).stdout
+    out, name = {}, None
+    for line in text.splitlines():
+        head = re.match(r"^[0-9a-f]+ <(.*)>:$", line)
+        if head:
+            name = head.group(1)
+            out[name] = []
+            continue
+        ins = re.match(r"^\s+[0-9a-f]+:\s+(.*)$", line)
+        if name is None or not ins: continue
+        i = re.sub(r"\s*#.*$", "", ins.group(1))                            # objdump's address comments
+        i = re.sub(r"\b[0-9a-f]+ <([^>+]*)(\+0x[0-9a-f]+)?>", r"<\1\2>", i)  # branch targets by name
+        i = re.sub(r"-?0x[0-9a-f]+\(%rip\)", "X(%rip)", i)                   # where .rodata and .data landed
+        out[name].append(re.sub(r"\s+", " ", i).strip())
+    return out
+old, new = functions(sys.argv[1]), functions(sys.argv[2])
+common = sorted(set(old) & set(new))
+same = [n for n in common if old[n] == new[n]]
+differ = sorted((n for n in common if old[n] != new[n]), key=lambda n: -len(new[n]))
+count = lambda names, side: sum(len(side[n]) for n in names)
+print(f"# functions in both: {len(common)} ({count(common, new)} instructions in the new binary); "
+      f"the same code: {len(same)} ({count(same, new)} instructions); different: {len(differ)} "
+      f"({count(differ, new)} instructions)")
+print(f"# only in old: {len(set(old) - set(new))} ({count(set(old) - set(new), old)} instructions); "
+      f"only in new: {len(set(new) - set(old))} ({count(set(new) - set(old), new)} instructions)")
+for n in differ:
+    print(f"{len(old[n]):6d} -> {len(new[n]):6d} instructions  {n[:160]}")
+EOF
+  exit 0
+fi
 if [ -n "${AB_CALLS:-}" ]; then
   # Both at once (a count does not depend on what else runs); the program starts instrumentation
   # around its counted calls only, so the set-up runs uninstrumented.

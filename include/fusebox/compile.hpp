@@ -13,7 +13,7 @@
 // with compiled gradients and explain(). The run-time path and the CUDA back end are not included
 // here (pipeline/targets.hpp): a call that needs them says which header to include
 // (fusebox/jit.hpp, fusebox/cuda.hpp), so a program of static CPU shapes compiles neither.
-// Depends on: pipeline/call.hpp, backend/cpu/, backend/cuda/tensor.hpp (the type only), ops/,
+// Depends on: pipeline/{call,targets}.hpp (cuda::tensor declared there), backend/cpu/, ops/,
 // options.hpp, graph_break.hpp.
 #pragma once
 
@@ -28,10 +28,11 @@
 
 #include "fusebox/backend/cpu/evaluate.hpp"
 #include "fusebox/backend/cpu/invoke.hpp"
-#include "fusebox/backend/cuda/tensor.hpp"
+#include "fusebox/core/low_precision.hpp"
 #include "fusebox/graph_break.hpp"
 #include "fusebox/options.hpp"
 #include "fusebox/pipeline/call.hpp"
+#include "fusebox/pipeline/targets.hpp"
 
 namespace fusebox {
 

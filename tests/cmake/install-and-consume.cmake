@@ -20,7 +20,7 @@
 #
 # Measured on the 2-core CI machine, Release, CPU seconds (user + system, children included):
 # package 6.3, subdirectory 10.0, fetchcontent 10.1 (each of the last two: a configure of fusebox
-# as a subproject and one -O1 compile of main.cpp, most of it parsing fusebox.hpp); wall 36, 57
+# as a subproject and one -O1 compile of main.cpp, then from fusebox.hpp, now cpu.hpp); wall 36, 57
 # and 56 s at load average 7.7, 5-21 s at 4-5. Only `package` holds the build-tree lock.
 
 include("${PARAMS}")

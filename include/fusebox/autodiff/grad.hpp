@@ -511,8 +511,8 @@ class compiled_grad {
                                std::to_string(k) + ", " + to_string(b.in.views[k].shape) +
                                ") instead of taking it as an argument; captured tensors are host memory. Fix: pass "
                                "it as a device tensor argument");
-    if (!numbers_) numbers_ = std::make_shared<cuda::device_buffer>(P::inputs * sizeof(T));
-    const T* device_numbers = reinterpret_cast<const T*>(static_cast<std::uintptr_t>(device_numbers_()->get()));
+    if (!numbers_) numbers_ = B::make_numbers(P::inputs * sizeof(T));
+    const T* device_numbers = reinterpret_cast<const T*>(B::numbers_address(numbers_));
     for (std::size_t k = P::arguments; k < P::inputs; ++k) in.views[k] = strided<const T>{device_numbers + k, dims{}, {}};
 
     typename Prog::frame_t f;
@@ -526,7 +526,7 @@ class compiled_grad {
             b.constants(detail::call_shapes<Prog, std::decay_t<decltype(shapes)>>{shapes});
             P::check_gradient_extents(site_, o, args...);
           }
-          upload_numbers<P>(b);
+          upload_numbers<B, P>(b);
         });
     if (!outs)
       throw invalid_argument("fusebox::grad on the CUDA backend: the joint graph's CUDA code failed to compile or the "
@@ -535,14 +535,13 @@ class compiled_grad {
   }
 
   /// The lifted numbers to the device buffer the frame reads them from, when they changed.
-  template <class P>
+  template <class B, class P>
   void upload_numbers(const detail::bound_call<P>& b) {
     using T = typename P::T;
     std::vector<std::byte> numbers(P::inputs * sizeof(T));
     for (std::size_t k = P::arguments; k < P::inputs; ++k) std::memcpy(numbers.data() + k * sizeof(T), &b.values[k], sizeof(T));
     if (numbers == uploaded_) return;
-    cuda::work_stream().sync();  // queued calls may still read the old numbers
-    cuda::copy_to_device(device_numbers_()->get(), numbers.data(), numbers.size());
+    B::upload_numbers(numbers_, numbers.data(), numbers.size());
     uploaded_ = std::move(numbers);
   }
 
@@ -557,11 +556,10 @@ class compiled_grad {
   grad_fn<F, Wrt, WithValue> g_;
   pipeline::function_state st_;
   std::source_location site_;
-  // The lifted numbers on the device, made by the first CUDA call. Held type-erased: a unique_ptr
-  // would compile the device buffer's destructor (the CUDA driver) into every compiled gradient,
-  // host-only ones included (issue 22).
+  // The lifted numbers on the device, made by the first CUDA call (backends::cuda_backend::make_numbers).
+  // Held type-erased: a unique_ptr would compile the device buffer's destructor (the CUDA driver)
+  // into every compiled gradient, host-only ones included (issue 22).
   std::shared_ptr<void> numbers_;
-  cuda::device_buffer* device_numbers_() const { return static_cast<cuda::device_buffer*>(numbers_.get()); }
   std::vector<std::byte> uploaded_;               // what numbers_ holds
 };
 

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -51,6 +53,18 @@ struct cuda_backend {
 
   /// Throws backend_unavailable (what was tried, the fix) unless a device can run this back end.
   static void check_device() { (void)cuda::current_device(); }
+
+  /// A compiled gradient's lifted numbers on the device (autodiff/grad.hpp, which names no CUDA
+  /// type: a host-only gradient compiles none of the driver): a buffer of `bytes`, its address,
+  /// and an upload into it once the calls queued before, which may read it, are done.
+  static std::shared_ptr<void> make_numbers(std::size_t bytes) { return std::make_shared<cuda::device_buffer>(bytes); }
+  static std::uintptr_t numbers_address(const std::shared_ptr<void>& n) {
+    return static_cast<std::uintptr_t>(static_cast<const cuda::device_buffer*>(n.get())->get());
+  }
+  static void upload_numbers(const std::shared_ptr<void>& n, const void* src, std::size_t bytes) {
+    cuda::work_stream().sync();
+    cuda::copy_to_device(static_cast<const cuda::device_buffer*>(n.get())->get(), src, bytes);
+  }
 
   template <class Prog>
   static constexpr bool has_static_kernels =

@@ -21,7 +21,8 @@
 // macros (cuMemAlloc -> cuMemAlloc_v2, and _ptsz variants under per-thread default streams).
 // Where the driver exports versioned symbols, the table binds the versioned one explicitly.
 //
-// Depends on: the C++20 standard library, fusebox/core/{errors,linkage}.hpp, fusebox/backend/cuda/library.hpp.
+// Depends on: the C++20 standard library, fusebox/core/{errors,linkage}.hpp, fusebox/backend/cuda/library.hpp,
+// fusebox/pipeline/targets.hpp.
 #pragma once
 
 #include <cstddef>
@@ -33,6 +34,7 @@
 #include "fusebox/backend/cuda/library.hpp"
 #include "fusebox/core/errors.hpp"
 #include "fusebox/core/linkage.hpp"
+#include "fusebox/pipeline/targets.hpp"
 
 // cuda.h: the opaque handle types, at global scope as there (see above).
 struct CUctx_st;
@@ -154,11 +156,7 @@ struct driver_error : fusebox::error {
   CUresult result;
 };
 
-/// Checks that a device can run the CUDA back end (throws backend_unavailable with what was tried
-/// and the fix otherwise). Null until this process first tries the driver (driver_once). A pointer,
-/// so that host code which only refuses a CUDA request on host tensors (compile.hpp) does not
-/// compile the driver into every unit (issue 22).
-inline void (*require_device)() = nullptr;
+// cuda::require_device, set by driver_once below: pipeline/targets.hpp.
 
 namespace detail {
 

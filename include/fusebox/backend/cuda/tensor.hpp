@@ -7,7 +7,7 @@
 // device tensors. Host <-> device: `cuda::tensor(host)` uploads, `to_host()` downloads (both
 // synchronous); bfloat16 and float16 tensors upload from and download to float host tensors,
 // rounding to nearest even.
-// Depends on: core/{tensor,shape}.hpp, backend/cuda/{memory,driver}.hpp.
+// Depends on: core/{tensor,shape}.hpp, backend/cuda/{memory,driver}.hpp, pipeline/targets.hpp.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +24,7 @@
 #include "fusebox/core/low_precision.hpp"
 #include "fusebox/core/shape.hpp"
 #include "fusebox/core/tensor.hpp"
+#include "fusebox/pipeline/targets.hpp"
 
 namespace fusebox {
 
@@ -174,10 +175,7 @@ class tensor {
   strided<T> view_{};
 };
 
-template <class X>
-inline constexpr bool is_tensor_v = false;
-template <class T, class S>
-inline constexpr bool is_tensor_v<tensor<T, S>> = true;
+// cuda::is_tensor_v: pipeline/targets.hpp.
 
 // Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
 #if FUSEBOX_RUNTIME_BODIES
