@@ -19,7 +19,8 @@
 # builds are -march=x86-64-v3, since valgrind decodes no AVX-512), AB_MARCH (-march for both
 # builds; default native, or x86-64-v3 with AB_CALLS), AB_CODE (instead of timing: compare the two
 # binaries' machine code function by function, at the ISA they were built for: objdump's
-# instructions with addresses and RIP-relative offsets taken out, call targets kept by name. Code
+# instructions with addresses, RIP-relative offsets and alignment nops taken out, call and branch
+# targets kept by name (without their offsets). Code
 # that is the same runs the same, at any width, which neither timing on these machines (+-8%) nor
 # valgrind (no AVX-512) can show to 3%; prints the functions that differ, largest first).
 set -euo pipefail
@@ -72,7 +73,8 @@ def functions(binary):
         ins = re.match(r"^\s+[0-9a-f]+:\s+(.*)$", line)
         if name is None or not ins: continue
         i = re.sub(r"\s*#.*$", "", ins.group(1))                            # objdump's address comments
-        i = re.sub(r"\b[0-9a-f]+ <([^>+]*)(\+0x[0-9a-f]+)?>", r"<\1\2>", i)  # branch targets by name
+        if re.match(r"^((data16|cs|ds)\s+)*(nop|xchg %ax,%ax)", i): continue  # alignment padding
+        i = re.sub(r"\b[0-9a-f]+ <([^>+]*)(\+0x[0-9a-f]+)?>", r"<\1>", i)  # branch targets by name
         i = re.sub(r"-?0x[0-9a-f]+\(%rip\)", "X(%rip)", i)                   # where .rodata and .data landed
         out[name].append(re.sub(r"\s+", " ", i).strip())
     return out
