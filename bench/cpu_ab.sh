@@ -20,9 +20,9 @@
 # builds; default native, or x86-64-v3 with AB_CALLS), AB_CODE (instead of timing: compare the two
 # binaries' machine code function by function, at the ISA they were built for: objdump's
 # instructions with addresses, RIP-relative offsets and alignment nops taken out, call and branch
-# targets kept by name (without their offsets). Code
-# that is the same runs the same, at any width, which neither timing on these machines (+-8%) nor
-# valgrind (no AVX-512) can show to 3%; prints the functions that differ, largest first).
+# targets kept by name (without their offsets). Code that is the same runs the same, at any width,
+# which neither timing on these machines (+-8%) nor valgrind (no AVX-512) can show to 3%; prints
+# the functions that differ, largest first).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 old="${1:?usage: bench/cpu_ab.sh OLD_TREE [PAIRS] [-- cpu_workloads arguments]}"

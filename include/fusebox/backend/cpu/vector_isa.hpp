@@ -27,10 +27,10 @@
 // Without optimisation (-O0, CMake's Debug) GCC 12 defines some AVX-512 intrinsics as macros
 // instead of functions. Two of them, _mm512_mask_blend_epi8 and _epi16, cast their operands in C
 // style, which does not reach xsimd's conversion from batch<T> to __m512i: every switch in
-// xsimd's integer select instantiates them, so a Debug build on an AVX-512 machine that used pow,
-// select or a comparison on integers did not compile. Defined here as the functions they are with
-// optimisation, before xsimd reads them (a program that includes xsimd before fusebox still sees
-// the macros: include fusebox first).
+// xsimd's integer select instantiates them, so a Debug build on an AVX-512 machine that used pow
+// (or anything else that reaches that select) did not compile. Defined here as the functions they
+// are with optimisation, before xsimd reads them (a program that includes xsimd before fusebox
+// still sees the macros: include fusebox first). The tests built at -O0 check it.
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__OPTIMIZE__) && defined(__AVX512BW__)
 #undef _mm512_mask_blend_epi8
 #undef _mm512_mask_blend_epi16
