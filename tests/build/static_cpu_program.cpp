@@ -4,12 +4,19 @@
 // build.static_cpu_links_no_runtime runs it (its exit status says whether every result was within
 // tolerance) and then reads its symbols (tests/cmake/check-static-symbols.cmake): the binary must
 // hold no run-time path (generated kernels, host compiler, disk cache), no CUDA back end and no
-// dlopen or std::filesystem code.
+// dlopen or std::filesystem code, and it must not parse the CUDA back end (the static_asserts below).
 #include <fusebox/cpu.hpp>
 
 #include <cstdio>
 
 namespace fb = fusebox;
+
+// cpu.hpp names the CUDA back end's types (pipeline/targets.hpp) but reads none of its headers:
+// a compiled call's CUDA branches refer to them only when the arguments select them.
+static_assert(!fb::pipeline::defined_here<fb::cuda::tensor<float, fb::shape<1>>>,
+              "<fusebox/cpu.hpp> must not include backend/cuda/tensor.hpp (the CUDA driver layer)");
+static_assert(!fb::pipeline::defined_here<fb::backends::cuda_backend>,
+              "<fusebox/cpu.hpp> must not include backend/cuda.hpp");
 
 int main() {
   auto mlp = [](auto x, auto w1, auto b1, auto w2, auto b2) {
