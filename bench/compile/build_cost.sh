@@ -17,6 +17,11 @@
 #                        FUSEBOX_EXTERN_RUNTIME:
 #                        the shape-independent code is in the implementation unit (core/linkage.hpp)
 #   runtime              that implementation unit (fusebox_add_runtime()'s source), compiled once a program
+#   pch_cpu              <fusebox/cpu.hpp> made into a precompiled header (fusebox_precompile_headers()),
+#                        once a program and configuration
+#   <unit>_pch           include_cpu, two_models_fusebox, two_models_fusebox_separate reading it
+#                        (-include, -Werror=invalid-pch: a header GCC rejects fails the unit); the
+#                        _separate one reads pch_cpu_separate's, made with FUSEBOX_EXTERN_RUNTIME
 #
 # Usage: bench/compile/build_cost.sh [REPS] [unit ...]   (default: all units)
 # Environment: CXX (g++), CXXFLAGS (default -std=c++20 -O2 -march=native, the issue's), CPPFLAGS
@@ -49,6 +54,8 @@ src[two_models_fusebox]="$root/bench/compile/two_models_fusebox.cpp"
 src[two_models_umbrella]="$root/bench/compile/two_models_fusebox.cpp"
 # unit name -> its own extra compiler arguments
 declare -A defs=([two_models_umbrella]=-DFUSEBOX_TWO_MODELS_UMBRELLA)
+# unit name -> its output when not an object file; unit name -> the precompiled header it reads
+declare -A out needs_pch
 [ -f /usr/include/eigen3/Eigen/Dense ] && src[two_models_eigen]="$root/bench/compile/two_models_eigen.cpp"
 src[quickstart]="$root/examples/quickstart.cpp"
 src[grad_block]="$root/bench/compile/grad_block.cpp"
@@ -62,6 +69,22 @@ printf '#include <fusebox/fusebox.hpp>\n#include <fusebox/train.hpp>\n#include <
 src[runtime]="$tmp/runtime.cpp"
 defs[runtime]="-DFUSEBOX_EXTERN_RUNTIME -DFUSEBOX_IMPLEMENTATION"
 
+# Precompiled <fusebox/cpu.hpp>: one header per set of definitions, as CMake's REUSE_FROM shares it.
+mkdir -p "$tmp/pch"
+for v in "" _separate; do
+  printf '#include <fusebox/cpu.hpp>\n' > "$tmp/pch/cpu$v.hpp"
+  src[pch_cpu$v]="$tmp/pch/cpu$v.hpp"
+  out[pch_cpu$v]="$tmp/pch/cpu$v.hpp.gch"
+done
+defs[pch_cpu]="-x c++-header"
+defs[pch_cpu_separate]="-x c++-header -DFUSEBOX_EXTERN_RUNTIME"
+for u in include_cpu two_models_fusebox two_models_fusebox_separate; do
+  v=""; [[ "$u" == *_separate ]] && v=_separate
+  src[${u}_pch]="${src[$u]}"
+  defs[${u}_pch]="${defs[$u]:-} -include $tmp/pch/cpu$v.hpp -Werror=invalid-pch"
+  needs_pch[${u}_pch]=pch_cpu$v
+done
+
 units=("$@")
 if [ ${#units[@]} -eq 0 ]; then
   units=(include_all)
@@ -69,7 +92,8 @@ if [ ${#units[@]} -eq 0 ]; then
   units+=(two_models_fusebox two_models_umbrella)
   [ -n "${src[two_models_eigen]:-}" ] && units+=(two_models_eigen)
   units+=(quickstart grad_block grad_block_wall include_all_separate include_cpu_separate two_models_fusebox_separate quickstart_separate
-          grad_block_wall_separate runtime)
+          grad_block_wall_separate runtime pch_cpu include_cpu_pch two_models_fusebox_pch pch_cpu_separate
+          two_models_fusebox_separate_pch)
 fi
 
 echo "# build cost: $cxx $flags, $reps repetition(s), $(nproc) CPU(s), $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -77,13 +101,18 @@ old="${BUILD_COST_OLD:-}"
 for r in $(seq 1 "$reps"); do
   for u in "${units[@]}"; do
     s="${src[$u]:?unknown unit $u}"
+    p="${needs_pch[$u]:-}"
+    if [ -n "$p" ] && [ ! -f "${out[$p]}" ]; then  # asked for without its header: made, not timed
+      # shellcheck disable=SC2086
+      "$cxx" $flags -I"$root/include" ${CPPFLAGS:-} ${defs[$p]} "${src[$p]}" -o "${out[$p]}"
+    fi
     trees=("$root/include")
     # The old tree first in odd repetitions, second in even ones.
     # Eigen's unit and entry headers the old tree lacks have no old build. An old tree without
     # <fusebox/cpu.hpp> builds the two-model program from fusebox.hpp (once, as two_models_fusebox@old).
     old_split=0; [ -n "$old" ] && [ -f "$old/fusebox/cpu.hpp" ] && old_split=1
     old_linkage=0; [ -n "$old" ] && [ -f "$old/fusebox/core/linkage.hpp" ] && old_linkage=1
-    if [ -n "$old" ] && [ "$u" != two_models_eigen ] && { [ $old_linkage = 1 ] || [[ "$u" != *_separate && "$u" != runtime ]]; } && { [ $old_split = 1 ] || [ "$u" != two_models_umbrella ]; } &&
+    if [ -n "$old" ] && [ "$u" != two_models_eigen ] && [[ "$u" != pch_* && "$u" != *_pch ]] && { [ $old_linkage = 1 ] || [[ "$u" != *_separate && "$u" != runtime ]]; } && { [ $old_split = 1 ] || [ "$u" != two_models_umbrella ]; } &&
        { [[ "$u" != include_* ]] || [ "$u" = include_all ] || [ -f "$old/fusebox/${u#include_}.hpp" ]; }; then
       if [ $((r % 2)) = 1 ]; then trees=("$old" "$root/include"); else trees+=("$old"); fi
     fi
@@ -95,7 +124,7 @@ for r in $(seq 1 "$reps"); do
       fi
       # shellcheck disable=SC2086  # the flags are meant to split
       if ! /usr/bin/time -o "$tmp/time" -f "%U %S %M" "$cxx" $flags -I"$inc" -I/usr/include/eigen3 \
-          ${CPPFLAGS:-} $extra -c "$s" -o "$tmp/$u.o" 2> "$tmp/err"; then
+          ${CPPFLAGS:-} $extra -c "$s" -o "${out[$u]:-$tmp/$u.o}" 2> "$tmp/err"; then
         echo "# $name: build failed:"; head -20 "$tmp/err"; exit 1
       fi
       read -r user sys kb < "$tmp/time"
@@ -128,4 +157,9 @@ if "two_models_fusebox" in med and "two_models_eigen" in med:
     if "two_models_umbrella" in med:
         g = med["two_models_umbrella"]
         print(f"two models, fusebox (fusebox.hpp) / Eigen: {g[0] / e[0]:.2f}x CPU-s, {g[1] / e[1]:.2f}x peak")
+    for u, how in (("two_models_fusebox_pch", "cpu.hpp precompiled"),
+                   ("two_models_fusebox_separate_pch", "cpu.hpp precompiled, FUSEBOX_EXTERN_RUNTIME")):
+        if u in med:
+            g = med[u]
+            print(f"two models, fusebox ({how}) / Eigen: {g[0] / e[0]:.2f}x CPU-s, {g[1] / e[1]:.2f}x peak")
 EOF

@@ -1,6 +1,6 @@
 # Run as: cmake -DPARAMS=<file> -DCONFIG=<config> -DFORM=<form> -P install-and-consume.cmake
 # PARAMS sets BUILD_DIR, WORK_DIR, SOURCE_DIR, CONSUMER_SOURCE_DIR, FROM_SOURCE_CONSUMER_DIR,
-# CONSUMER_GENERATOR, CONSUMER_MAKE_PROGRAM, CONSUMER_CXX_COMPILER, CONSUMER_PREFIX_PATH,
+# CONSUMER_GENERATOR, CONSUMER_MAKE_PROGRAM, CONSUMER_CXX_COMPILER(_ID), CONSUMER_PREFIX_PATH,
 # EXPECTED_OUTPUT.
 #
 # Builds and runs a small consumer of fusebox in one of the three ways README.md's "Use it in
@@ -11,7 +11,8 @@
 #                 prefix), build it, run it; check that fusebox came from WORK_DIR/prefix (not from
 #                 the source or build tree) and that the installed targets carry no -march flag.
 #   subdirectory  (install_and_consume.subdirectory) tests/cmake/consumer with add_subdirectory of
-#                 SOURCE_DIR;
+#                 SOURCE_DIR, and a second unit in a library: fusebox_precompile_headers() makes one
+#                 precompiled header there that both units read (checked below);
 #   fetchcontent  (install_and_consume.fetchcontent) tests/cmake/consumer with FetchContent,
 #                 FETCHCONTENT_SOURCE_DIR_FUSEBOX=SOURCE_DIR (no network);
 # the last two check that fusebox came from SOURCE_DIR, not from a package, and did not add its
@@ -20,8 +21,9 @@
 #
 # Measured on the 2-core CI machine, Release, CPU seconds (user + system, children included):
 # package 6.3, subdirectory 10.0, fetchcontent 10.1 (each of the last two: a configure of fusebox
-# as a subproject and one -O1 compile of main.cpp, then from fusebox.hpp, now cpu.hpp); wall 36, 57
-# and 56 s at load average 7.7, 5-21 s at 4-5. Only `package` holds the build-tree lock.
+# as a subproject and one -O1 compile of main.cpp, then from fusebox.hpp); wall 36, 57 and 56 s at
+# load average 7.7, 5-21 s at 4-5. From cpu.hpp, idle: fetchcontent 5.8, subdirectory 12.3 (the
+# precompiled header 7.3 of it). Only `package` holds the build-tree lock.
 
 include("${PARAMS}")
 if(NOT FORM)
@@ -59,6 +61,11 @@ string(TOUPPER "${build_type}" build_type_upper)
 # CMAKE_PREFIX_PATH is a list: through run_step's ARGN a ';' would split it into two arguments,
 # so it goes in through an initial-cache file instead of -D.
 set(prefix_path "")
+# fusebox_precompile_headers() is tried in one form (tests/cmake/consumer/CMakeLists.txt says why).
+set(precompiled_header OFF)
+if(FORM STREQUAL "subdirectory")
+  set(precompiled_header ON)
+endif()
 if(FORM STREQUAL "package")
   file(REMOVE_RECURSE "${prefix}")
   run_step("install" "${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${prefix}" ${config_args})
@@ -78,6 +85,8 @@ file(CONFIGURE OUTPUT "${WORK_DIR}/consumer-${FORM}-init.cmake" @ONLY CONTENT [=
 set(CMAKE_PREFIX_PATH [=[@prefix_path@]=] CACHE STRING "")
 set(CMAKE_CXX_FLAGS_@build_type_upper@ "-O1" CACHE STRING "")
 set(FUSEBOX_FROM [=[@FORM@]=] CACHE STRING "")
+set(CMAKE_EXPORT_COMPILE_COMMANDS ON CACHE BOOL "")
+set(CONSUMER_PRECOMPILED_HEADER @precompiled_header@ CACHE BOOL "")
 set(FUSEBOX_SOURCE_DIR [=[@SOURCE_DIR@]=] CACHE PATH "")
 set(FETCHCONTENT_SOURCE_DIR_FUSEBOX [=[@SOURCE_DIR@]=] CACHE PATH "")
 ]==])
@@ -136,6 +145,31 @@ else()
 endif()
 
 run_step("build of ${source}" "${CMAKE_COMMAND}" --build "${consumer_build}" ${config_args})
+if(precompiled_header AND CONSUMER_CXX_COMPILER_ID STREQUAL "GNU")
+  # fusebox_precompile_headers(consumer_part consumer): one precompiled header, made by the first
+  # target, force-included in both units (compile_commands.json); GCC's -Winvalid-pch, which the
+  # helper adds, names one it found and could not use.
+  file(GLOB_RECURSE made "${consumer_build}/*.gch")
+  list(LENGTH made made_count)
+  file(READ "${consumer_build}/compile_commands.json" commands)
+  string(JSON entries LENGTH "${commands}")
+  set(readers "")
+  math(EXPR last "${entries} - 1")
+  foreach(i RANGE ${last})
+    string(JSON file GET "${commands}" ${i} file)
+    string(JSON command GET "${commands}" ${i} command)
+    get_filename_component(file "${file}" NAME)
+    if(file MATCHES "^(main|part)\\.cpp$" AND command MATCHES "-include [^ ]*consumer_part\\.dir/cmake_pch\\.hxx")
+      list(APPEND readers "${file}")
+    endif()
+  endforeach()
+  list(LENGTH readers reader_count)
+  if(NOT made_count EQUAL 1 OR NOT reader_count EQUAL 2 OR step_output MATCHES "invalid-pch|not used because")
+    message(FATAL_ERROR "install_and_consume (${FORM}): fusebox_precompile_headers() made ${made_count} "
+      "precompiled headers (${made}), expected 1; main.cpp and part.cpp should read consumer_part's, "
+      "these do: '${readers}'; or GCC could not use it:\n${step_output}")
+  endif()
+endif()
 
 # Single-config generators put the program at the top of the build dir, multi-config ones in
 # a per-config subdirectory.

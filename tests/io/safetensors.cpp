@@ -26,10 +26,19 @@ namespace fb = fusebox;
 
 namespace {
 
+/// One directory per process, removed with what is left in it when the test program exits.
 std::filesystem::path temp_file(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("fusebox_safetensors_test_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return dir / name;
+  struct owned_dir {
+    std::filesystem::path path;
+    ~owned_dir() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  };
+  static const owned_dir dir{std::filesystem::temp_directory_path() /
+                             ("fusebox_safetensors_test_" + std::to_string(::getpid()))};
+  std::filesystem::create_directories(dir.path);
+  return dir.path / name;
 }
 
 void write_bytes(const std::filesystem::path& p, const std::vector<std::uint8_t>& bytes) {
