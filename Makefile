@@ -26,6 +26,8 @@ BENCH_DEPS := $(DEPS) libeigen3-dev libtorch-dev libopenblas-dev
 # `make train` needs it, and with it `make test` runs the training example's smoke test
 # (examples.train_fashion_mnist_smoke) instead of skipping it.
 DATA_DEPS  := dataset-fashion-mnist
+# The edge configuration's aarch64 tests (CTest label aarch64): Debian's cross compiler and qemu.
+CROSS_DEPS := g++-aarch64-linux-gnu qemu-user
 # Arguments for `make train`: T1 by default (the MLP, 10 epochs, the GPU when there is one).
 # E.g. TRAIN_ARGS="--model cnn --lr 3e-3 --schedule cosine" (T2), or "--device cpu".
 TRAIN_ARGS ?=
@@ -61,7 +63,7 @@ deps:
 	$(call check_deps,$(DEPS))
 
 test-deps:
-	$(call check_deps,$(DEPS) $(DATA_DEPS))
+	$(call check_deps,$(DEPS) $(DATA_DEPS) $(CROSS_DEPS))
 
 bench-deps:
 	$(call check_deps,$(BENCH_DEPS))

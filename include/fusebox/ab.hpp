@@ -23,6 +23,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "fusebox/core/errors.hpp"
 #include "fusebox/core/storage.hpp"
 #include "fusebox/core/tensor.hpp"
 #include "fusebox/options.hpp"
@@ -121,8 +122,8 @@ template <class A, class B>
 void compare_outputs(const A& a, const B& b, ab_diff& d) {
   if constexpr (is_tensor_v<A>) {
     if (!(a.extents() == b.extents()))
-      throw invalid_argument("ab(): the two sides return different shapes: " + to_string(a.extents()) + " and " +
-                             to_string(b.extents()));
+      FUSEBOX_THROW(invalid_argument("ab(): the two sides return different shapes: " + to_string(a.extents()) + " and " +
+                                     to_string(b.extents())));
     for (std::size_t i = 0; i < a.size(); ++i) {
       const double x = a.flat(i), y = b.flat(i);
       ++d.elements;

@@ -28,6 +28,7 @@
 
 #include "fusebox/backend/cpu/evaluate.hpp"
 #include "fusebox/backend/cpu/invoke.hpp"
+#include "fusebox/core/errors.hpp"
 #include "fusebox/core/low_precision.hpp"
 #include "fusebox/graph_break.hpp"
 #include "fusebox/options.hpp"
@@ -42,6 +43,23 @@ template <class X>
 struct is_tuple : std::false_type {};
 template <class... X>
 struct is_tuple<std::tuple<X...>> : std::true_type {};
+
+/// std::tuple<A&, B&> -> std::tuple<A, B>: the results compiled::run's outputs refer to.
+template <class Refs>
+struct values_of;
+template <class... X>
+struct values_of<std::tuple<X...>> {
+  using type = std::tuple<std::remove_cvref_t<X>...>;
+};
+template <class Refs>
+using values_of_t = typename values_of<Refs>::type;
+
+/// A model's result as a tuple: one tensor becomes a tuple of one.
+template <class R>
+auto as_tuple(R&& r) {
+  if constexpr (is_tuple<std::remove_cvref_t<R>>::value) return std::forward<R>(r);
+  else return std::make_tuple(std::forward<R>(r));
+}
 
 template <class X>
 auto as_root(const X& x) {
@@ -122,10 +140,10 @@ class compiled {
   auto operator()(const Args&... args) {
     if constexpr ((cuda::is_tensor_v<Args> || ...)) {
       if (st_.opts.backend == backend::cpu)
-        throw invalid_argument("fusebox: a function compiled with options{.backend = backend::cpu} was called with "
-                               "cuda::tensor arguments " + detail::argument_shapes(args...) +
-                               ": move them to the host (to_host()), or compile with backend::automatic (run where "
-                               "the arguments are) or backend::cuda");
+        FUSEBOX_THROW(invalid_argument("fusebox: a function compiled with options{.backend = backend::cpu} was called with "
+                                       "cuda::tensor arguments " + detail::argument_shapes(args...) +
+                                       ": move them to the host (to_host()), or compile with backend::automatic (run where "
+                                       "the arguments are) or backend::cuda"));
       return call<backends::cuda_backend>(nullptr, args...);
     } else if constexpr (Static.backend == backend::cuda) {
       return call_on_device(args...);
@@ -143,27 +161,37 @@ class compiled {
   /// False while disabled (the global switch is rollback_active()).
   bool enabled() const noexcept { return !switch_->disabled.load(std::memory_order_relaxed); }
 
-  /// Runs the compiled model into caller-owned outputs: no heap allocation in steady state.
+  /// Runs the compiled model into caller-owned outputs: no heap allocation in steady state. `out` is
+  /// the result's tensor, or for a model of several results std::tie(first, second, ...).
   template <class Out, class... Args>
-  void run(Out& out, const Args&... args) {
+  void run(Out&& out, const Args&... args) {
     if (st_.opts.backend == backend::cuda)
-      throw invalid_argument("fusebox: compiled::run(out, args...) runs on the host into host memory, but this "
-                             "function was compiled with options{.backend = backend::cuda}: call it (f(args...)) "
-                             "to run on the GPU, or compile with backend::automatic or backend::cpu");
+      FUSEBOX_THROW(invalid_argument("fusebox: compiled::run(out, args...) runs on the host into host memory, but this "
+                                     "function was compiled with options{.backend = backend::cuda}: call it (f(args...)) "
+                                     "to run on the GPU, or compile with backend::automatic or backend::cpu"));
+    auto outs = [&] {
+      if constexpr (detail::is_tuple<std::remove_cvref_t<Out>>::value) return out;  // references already
+      else return std::tie(out);
+    }();
     if constexpr (!program_for_args<Args...>::type::all_static) {
-      out = call<backends::cpu_backend>(nullptr, args...);  // the run-time path allocates its result (no steady-state promise)
+      outs = as_tuple(call<backends::cpu_backend>(nullptr, args...));  // the run-time path allocates its result (no steady-state promise)
     } else {
       const cpu::autotune::scope tune = autotune_scope();
       auto roots = capture(nullptr, args...);
       using Prog = typename detail::program_of<decltype(roots), Static.fast_math>::type;
       check_fast_math<Prog>();
+      constexpr std::size_t results = std::tuple_size_v<decltype(outs)>;
+      static_assert(results == Prog::graph::outputs.size(),
+                    "fusebox: compiled::run(out, args...): give one output tensor per result of the model "
+                    "(std::tie(first, second, ...) for several)");
       typename Prog::frame_t f;
       const auto targs = std::tie(args...);
       cpu::bind_inputs<Prog>(f, roots, targs);
-      auto outs = std::tie(out);
-      check_output(out, Prog::nodes[Prog::graph::outputs[0]].desc.shape);
+      [&]<std::size_t... R>(std::index_sequence<R...>) {
+        (check_output(std::get<R>(outs), Prog::nodes[Prog::graph::outputs[R]].desc.shape, R, results), ...);
+      }(std::make_index_sequence<results>{});
       if (rolled_back(args...)) {
-        out = std::get<0>(eager_outputs<std::tuple<Out>>(args...));
+        outs = eager_outputs<detail::values_of_t<decltype(outs)>>(args...);
         return;
       }
       backends::cpu_backend::run_static<Prog>(f, outs, st_.backend_state<backends::cpu_backend>(), st_.opts);
@@ -272,11 +300,11 @@ class compiled {
   void check_fast_math() const {
     if constexpr (Prog::all_static && !Static.fast_math)
       if (st_.opts.fast_math)
-        throw invalid_argument(
+        FUSEBOX_THROW(invalid_argument(
             "fusebox: compile(model, options{.fast_math = true}) on host tensors of static shapes: this "
             "program's kernels were built with the translation unit, so fast math must be a build-time "
             "option there: compile<options{.fast_math = true}>(model) (a run-time fast_math reaches "
-            "dyn extents and the CUDA backend)");
+            "dyn extents and the CUDA backend)"));
   }
   template <class... Args>
   using program_for = typename program_for_args<Args...>::type;
@@ -331,20 +359,26 @@ class compiled {
   /// the fix when there is none.
   template <class... Args>
   static void require_gpu(void (*check_device)(), const Args&... args) {
+#if FUSEBOX_HAS_EXCEPTIONS
     try {
       check_device();
     } catch (const backend_unavailable& e) {
       std::string why = e.what();  // "fusebox: the CUDA backend is unavailable: <tried>. To fix: <fix>"
       if (const auto at = why.find("unavailable: "); at != std::string::npos) why.erase(0, at + 13);
-      throw backend_unavailable(
+      FUSEBOX_THROW(backend_unavailable(
           "CUDA",
           "the function was compiled with options{.backend = backend::cuda}, so this call's host tensors " +
               detail::argument_shapes(args...) + " were to be uploaded to the GPU and the results downloaded; " + why +
               "; or, to run on the CPU, compile with backend::automatic (run where the arguments are) or "
               "backend::cpu",
-          "");
+          ""));
     }
+#else
+    ((void)args, ...);
+    check_device();  // the CUDA back end's headers need exceptions (core/errors.hpp): not reached
+#endif
   }
+
   /// backend::cuda as a run-time option on host tensors. Running them on the GPU means building the
   /// CUDA path into every host call of every compiled function (it more than doubled the build of
   /// a two-model unit, 7 -> 18 CPU-s at -O0), so that form is asked for at build time, as
@@ -354,12 +388,12 @@ class compiled {
   template <class... Args>
   static void refuse_host_call_on_cuda(const Args&... args) {
     if (cuda::require_device) require_gpu(cuda::require_device, args...);
-    throw invalid_argument(
+    FUSEBOX_THROW(invalid_argument(
         "fusebox: compile(model, options{.backend = backend::cuda}) called with host tensors " +
         detail::argument_shapes(args...) +
         ": to run host tensors on the GPU (upload, run, download) give the backend at build time, "
         "compile<options{.backend = fusebox::backend::cuda}>(model), or pass cuda::tensor arguments (cuda::tensor(x)), "
-        "which run on the GPU under backend::automatic as well");
+        "which run on the GPU under backend::automatic as well"));
   }
 
   template <class A>
@@ -397,8 +431,8 @@ class compiled {
                                std::tie(args...));
         return to_device_outputs<Outs>(host);
       } else {
-        throw invalid_argument(std::string("fusebox: ") + why + ", and a " + name(storage_dtype<T>()) +
-                               " model cannot run eagerly on the host (no host arithmetic for 16-bit storage types)");
+        FUSEBOX_THROW(invalid_argument(std::string("fusebox: ") + why + ", and a " + name(storage_dtype<T>()) +
+                                       " model cannot run eagerly on the host (no host arithmetic for 16-bit storage types)"));
       }
     }
   }
@@ -427,11 +461,12 @@ class compiled {
   }
 
   template <class Out>
-  static void check_output(const Out& out, const dims& want) {
+  static void check_output(const Out& out, const dims& want, std::size_t index, std::size_t results) {
     if (!(out.extents() == want) || !out.contiguous())
-      throw invalid_argument("compiled::run: the output tensor is " + to_string(out.extents()) +
-                             (out.contiguous() ? "" : " (not contiguous)") + ", the model produces " +
-                             to_string(want) + " (contiguous)");
+      FUSEBOX_THROW(invalid_argument("compiled::run: the output tensor" +
+                                     (results > 1 ? " of result " + std::to_string(index) : std::string()) + " is " +
+                                     to_string(out.extents()) + (out.contiguous() ? "" : " (not contiguous)") +
+                                     ", the model produces " + to_string(want) + " (contiguous)"));
   }
 
   /// compiled::disable(): a heap object so a compiled function stays movable.

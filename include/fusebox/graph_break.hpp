@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "fusebox/backend/cpu/report.hpp"
+#include "fusebox/core/errors.hpp"
 #include "fusebox/ops/capture.hpp"
 #include "fusebox/runtime/logs.hpp"
 
@@ -73,7 +74,7 @@ inline void note_break(const char* what, const std::source_location& loc, std::f
   capture_context* c = current_capture();
   if (!c) return;
   log_break(what, loc, c->fullgraph);
-  if (c->fullgraph) throw graph_break(std::string(what) + " under fullgraph", loc);
+  if (c->fullgraph) FUSEBOX_THROW(graph_break(std::string(what) + " under fullgraph", loc));
   if (c->breaks) c->breaks->push_back({what, loc, std::move(report)});
 }
 }  // namespace detail
@@ -98,7 +99,7 @@ template <array_operand X>
 auto item(const X& x, std::source_location loc = std::source_location::current()) {
   if constexpr (is_tensor_v<X>) {
     if (x.size() != 1)
-      throw shape_error("item(): needs a tensor of one element, got " + to_string(x.extents()), loc);
+      FUSEBOX_THROW(shape_error("item(): needs a tensor of one element, got " + to_string(x.extents()), loc));
     return x.flat(0);
   } else {
     static_assert(static_check::graph_break_under_fullgraph<X, !X::fullgraph>::value);

@@ -3,6 +3,11 @@
 // and max_autotune's winners kept on disk.
 #pragma once
 
+#include "fusebox/core/errors.hpp"
+#if !FUSEBOX_HAS_EXCEPTIONS
+#error "fusebox: <fusebox/jit.hpp> (the run-time path (dyn extents, the kernel caches)) needs C++ exceptions; a build with -fno-exceptions can use <fusebox/cpu.hpp> (static shapes on the CPU) and <fusebox/io/safetensors.hpp> (core/errors.hpp)"
+#endif
+
 #include "fusebox/backend/cpu/winner_store.hpp"
 #include "fusebox/cpu.hpp"
 #include "fusebox/pipeline/dynamic_function.hpp"

@@ -374,13 +374,13 @@ inline void write_chrome_trace(const std::string& path) {
   const std::string json = chrome_trace_json();
   std::FILE* file = std::fopen(path.c_str(), "wb");
   if (!file)
-    throw fusebox::error("fusebox::profile: cannot write '" + path +
-                         "': " + std::strerror(errno));
+    FUSEBOX_THROW(fusebox::error("fusebox::profile: cannot write '" + path +
+                                 "': " + std::strerror(errno)));
   const bool written = std::fwrite(json.data(), 1, json.size(), file) == json.size();
   const bool closed = std::fclose(file) == 0;
   if (!written || !closed)
-    throw fusebox::error("fusebox::profile: cannot write '" + path +
-                         "': " + std::strerror(errno));
+    FUSEBOX_THROW(fusebox::error("fusebox::profile: cannot write '" + path +
+                                 "': " + std::strerror(errno)));
 }
 
 }  // namespace fusebox::profile

@@ -48,6 +48,7 @@
 #include "fusebox/autodiff/remat.hpp"
 #include "fusebox/backend/cpu/report.hpp"
 #include "fusebox/compile.hpp"
+#include "fusebox/core/errors.hpp"
 
 namespace fusebox {
 
@@ -235,10 +236,10 @@ struct plan_of<F, wrt_t<W...>, Args...> {
       constexpr std::size_t w[] = {W...};
       auto check = [&](const dims& got, const dims& want, std::size_t arg) {
         if (!(got == want))
-          throw shape_error("fusebox::grad: the gradient of argument " + std::to_string(arg) + " " + to_string(want) +
-                                " came out " + to_string(got) + " in this call: a dyn extent of 1 broadcast against "
-                                "another dyn extent. Fix: give the broadcast dimension extent 1 in the tensor type",
-                            site);
+          FUSEBOX_THROW(shape_error("fusebox::grad: the gradient of argument " + std::to_string(arg) + " " + to_string(want) +
+                                        " came out " + to_string(got) + " in this call: a dyn extent of 1 broadcast against "
+                                        "another dyn extent. Fix: give the broadcast dimension extent 1 in the tensor type",
+                                    site));
       };
       (check(std::get<G + 1>(outs).extents(), std::get<w[G]>(targs).extents(), w[G]), ...);
     }(std::make_index_sequence<sizeof...(W)>{});
@@ -321,14 +322,17 @@ auto capture(F& f, const Args&... args) {
   fusebox::detail::capture_context ctx{true, nullptr, &fusebox::detail::eager_runtime(),
                                        (cuda::is_tensor_v<Args> || ...)};
   fusebox::detail::capture_scope scope(&ctx);
+  auto call = [&]<std::size_t... I>(std::index_sequence<I...>) { return f(symbolic<I>(args)...); };
+#if FUSEBOX_HAS_EXCEPTIONS
   try {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return f(symbolic<I>(args)...);
-    }(std::index_sequence_for<Args...>{});
+    return call(std::index_sequence_for<Args...>{});
   } catch (const graph_break& e) {
-    throw invalid_argument(std::string("fusebox::grad(f): the loss reads a value on the host (") + e.what() +
-                           "); a gradient cannot flow through it. Fix: keep that part of the loss in fusebox ops");
+    FUSEBOX_THROW(invalid_argument(std::string("fusebox::grad(f): the loss reads a value on the host (") + e.what() +
+                                   "); a gradient cannot flow through it. Fix: keep that part of the loss in fusebox ops"));
   }
+#else
+  return call(std::index_sequence_for<Args...>{});  // the graph break's own message, then the handler
+#endif
 }
 
 /// The outputs (loss, gradients...) as the caller gets them.
@@ -406,9 +410,9 @@ class compiled_grad {
       if (fusebox::detail::disabled_by_environment() || current_stance() == stance::force_eager) {
         if constexpr (detail::plan_of<F, Wrt, Args...>::all_static) return g_(args...);
         else
-          throw invalid_argument("fusebox::compile(grad(...)): FUSEBOX_DISABLE=1 or stance force_eager asks for the eager "
-                                 "gradient, which dyn extents do not have yet (eager gradients take static shapes); "
-                                 "unset it, or give every extent in the tensor types");
+          FUSEBOX_THROW(invalid_argument("fusebox::compile(grad(...)): FUSEBOX_DISABLE=1 or stance force_eager asks for the eager "
+                                         "gradient, which dyn extents do not have yet (eager gradients take static shapes); "
+                                         "unset it, or give every extent in the tensor types"));
       }
       return call_host(args...);
     }
@@ -476,8 +480,8 @@ class compiled_grad {
           }
         });
     if (!outs)
-      throw invalid_argument("fusebox::compile(grad(...)) on dyn extents: the joint graph's kernels failed to compile or "
-                             "the recompile limit is reached (FUSEBOX_LOGS=recompiles,kernels says which)");
+      FUSEBOX_THROW(invalid_argument("fusebox::compile(grad(...)) on dyn extents: the joint graph's kernels failed to compile or "
+                                     "the recompile limit is reached (FUSEBOX_LOGS=recompiles,kernels says which)"));
     return detail::shape_result<WithValue>(std::move(*outs));
   }
 
@@ -507,10 +511,10 @@ class compiled_grad {
      ...);
     for (std::size_t k = P::arguments; k < P::inputs; ++k)
       if (b.in.views[k].data != &b.values[k])
-        throw invalid_argument("fusebox::grad on the CUDA backend: the loss captures a tensor (lifted input " +
-                               std::to_string(k) + ", " + to_string(b.in.views[k].shape) +
-                               ") instead of taking it as an argument; captured tensors are host memory. Fix: pass "
-                               "it as a device tensor argument");
+        FUSEBOX_THROW(invalid_argument("fusebox::grad on the CUDA backend: the loss captures a tensor (lifted input " +
+                                       std::to_string(k) + ", " + to_string(b.in.views[k].shape) +
+                                       ") instead of taking it as an argument; captured tensors are host memory. Fix: pass "
+                                       "it as a device tensor argument"));
     if (!numbers_) numbers_ = B::make_numbers(P::inputs * sizeof(T));
     const T* device_numbers = reinterpret_cast<const T*>(B::numbers_address(numbers_));
     for (std::size_t k = P::arguments; k < P::inputs; ++k) in.views[k] = strided<const T>{device_numbers + k, dims{}, {}};
@@ -529,8 +533,8 @@ class compiled_grad {
           upload_numbers<B, P>(b);
         });
     if (!outs)
-      throw invalid_argument("fusebox::grad on the CUDA backend: the joint graph's CUDA code failed to compile or the "
-                             "recompile limit is reached (FUSEBOX_LOGS=recompiles,kernels says which)");
+      FUSEBOX_THROW(invalid_argument("fusebox::grad on the CUDA backend: the joint graph's CUDA code failed to compile or the "
+                                     "recompile limit is reached (FUSEBOX_LOGS=recompiles,kernels says which)"));
     return detail::shape_result<WithValue>(std::move(*outs));
   }
 

@@ -199,12 +199,12 @@ void collect_lifted(const E& e, strided<const T>* views, T* scalars, bool* bound
              const bool same = C::desc.kind == node_kind::scalar ? std::memcmp(&scalars[k], &value, sizeof(T)) == 0
                                                                  : detail::same_payload(views[k], v);
              if (!same)
-               throw invalid_argument(
+               FUSEBOX_THROW(invalid_argument(
                    "fusebox::grad(f): two parts of the loss with the same structure hold different " +
                    std::string(C::desc.kind == node_kind::scalar ? "numbers" : "captured tensors") +
                    " (as in pow(x, 2.0) + pow(x, 3.0)); the static gradient path identifies values by their "
                    "structure. Fix: pass one of them as an argument (a number as a rank-0 fb::tensor), or "
-                   "build the two parts differently");
+                   "build the two parts differently"));
            }
          } else {
            collect_lifted<Slots>(c, views, scalars, bound);

@@ -94,15 +94,15 @@ constexpr bool valid_memory_budget(float b) { return b >= 0.0f && b <= 1.0f; }
 /// The run-time check of options::activation_memory_budget (the template form is a build error).
 inline void check_memory_budget(float b, const std::source_location& loc) {
   if (!valid_memory_budget(b))
-    throw invalid_argument("fusebox::compile(grad(...)): options::activation_memory_budget is " + std::to_string(b) +
-                           "; it must be a number in [0, 1] (1: keep every value the backward reads, 0: recompute "
-                           "every elementwise and reduction value) (called at " + where(loc) + ")");
+    FUSEBOX_THROW(invalid_argument("fusebox::compile(grad(...)): options::activation_memory_budget is " + std::to_string(b) +
+                                   "; it must be a number in [0, 1] (1: keep every value the backward reads, 0: recompute "
+                                   "every elementwise and reduction value) (called at " + where(loc) + ")"));
   if (b != 1.0f)
-    throw invalid_argument("fusebox::compile(grad(...)): options::activation_memory_budget " + std::to_string(b) +
-                           " given at run time; the budget decides the program's type (its graph is rewritten and "
-                           "planned at build time). Fix: give the options as a template argument, "
-                           "fb::compile<fb::options{.activation_memory_budget = " + std::to_string(b) +
-                           "f}>(vg) (called at " + where(loc) + ")");
+    FUSEBOX_THROW(invalid_argument("fusebox::compile(grad(...)): options::activation_memory_budget " + std::to_string(b) +
+                                   " given at run time; the budget decides the program's type (its graph is rewritten and "
+                                   "planned at build time). Fix: give the options as a template argument, "
+                                   "fb::compile<fb::options{.activation_memory_budget = " + std::to_string(b) +
+                                   "f}>(vg) (called at " + where(loc) + ")"));
 }
 
 namespace sym {

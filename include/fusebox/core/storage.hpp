@@ -1,6 +1,6 @@
 // storage.hpp: 64-byte-aligned, reference-counted buffers, and the byte counters behind the peak
 // memory figures of `fusebox::ab` and the reports.
-// Depends on: errors.hpp and the standard library.
+// Depends on: core/errors.hpp and the standard library.
 #pragma once
 
 #include <atomic>
@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
+
+#include "fusebox/core/errors.hpp"
 
 namespace fusebox {
 
@@ -55,7 +57,7 @@ inline storage_ptr allocate_storage(std::size_t bytes) {
   const std::size_t rounded = (bytes + storage_alignment - 1) / storage_alignment * storage_alignment;
   if (rounded == 0) return {};
   void* p = std::aligned_alloc(storage_alignment, rounded);
-  if (!p) throw std::bad_alloc();
+  if (!p) FUSEBOX_THROW(std::bad_alloc());
   memory().add(rounded);
   return storage_ptr(static_cast<std::byte*>(p), detail::aligned_free{rounded});
 }

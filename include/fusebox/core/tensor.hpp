@@ -106,9 +106,9 @@ inline void check_extents_fit(const dims& d, const dims& pattern, const char* wh
   bool ok = d.rank == pattern.rank;
   for (std::size_t i = 0; ok && i < pattern.rank; ++i) ok = pattern.extent[i] == dyn || pattern.extent[i] == d.extent[i];
   if (!ok)
-    throw shape_error(std::string(what) + ": extents " + to_string(d) + " do not fit the tensor's shape " +
-                          to_string(pattern),
-                      loc);
+    FUSEBOX_THROW(shape_error(std::string(what) + ": extents " + to_string(d) + " do not fit the tensor's shape " +
+                                  to_string(pattern),
+                              loc));
 }
 
 template <class Shape, std::size_t A, std::size_t B, class Seq = std::make_index_sequence<Shape::rank>>
@@ -202,8 +202,8 @@ class tensor {
     const std::array<std::size_t, rank> i{static_cast<std::size_t>(idx)...};
     for (std::size_t d = 0; d < rank; ++d)
       if (i[d] >= view_.shape.extent[d])
-        throw invalid_argument("tensor::at: index " + std::to_string(i[d]) + " out of range for dimension " +
-                               std::to_string(d) + " of " + to_string(view_.shape));
+        FUSEBOX_THROW(invalid_argument("tensor::at: index " + std::to_string(i[d]) + " out of range for dimension " +
+                                       std::to_string(d) + " of " + to_string(view_.shape)));
     return view_.data[offset(i)];
   }
 
@@ -236,7 +236,7 @@ class tensor {
     std::size_t known = 1, dyn_at = max_rank;
     for (std::size_t i = 0; i < d.rank; ++i) {
       if (d.extent[i] == dyn) {
-        if (dyn_at != max_rank) throw shape_error("reshape: at most one dyn extent can be inferred", loc);
+        if (dyn_at != max_rank) FUSEBOX_THROW(shape_error("reshape: at most one dyn extent can be inferred", loc));
         dyn_at = i;
       } else {
         known *= d.extent[i];
@@ -244,9 +244,9 @@ class tensor {
     }
     if (dyn_at != max_rank) d.extent[dyn_at] = known ? size() / known : 0;
     if (d.size() != size())
-      throw shape_error("reshape: " + to_string(view_.shape) + " has " + std::to_string(size()) +
-                            " elements, cannot become " + to_string(d),
-                        loc);
+      FUSEBOX_THROW(shape_error("reshape: " + to_string(view_.shape) + " has " + std::to_string(size()) +
+                                    " elements, cannot become " + to_string(d),
+                                loc));
     if (strides_t s{}; view_strides(view_.shape, view_.stride, d, s)) return tensor<T, S2>(owner_, view_.data, d, s);
     tensor<T, S2> out(d);
     for (std::size_t i = 0; i < size(); ++i) out.data()[i] = flat(i);
@@ -259,9 +259,9 @@ class tensor {
     static_assert(Axis < rank, "tensor::slice<Axis>(b, e): Axis must be a dimension of the tensor");
     using S = typename detail::set_extent<Shape, Axis, dyn>::type;
     if (begin > end || end > view_.shape.extent[Axis])
-      throw shape_error("slice<" + std::to_string(Axis) + ">(" + std::to_string(begin) + ", " +
-                            std::to_string(end) + ") is out of range for " + to_string(view_.shape),
-                        loc);
+      FUSEBOX_THROW(shape_error("slice<" + std::to_string(Axis) + ">(" + std::to_string(begin) + ", " +
+                                    std::to_string(end) + ") is out of range for " + to_string(view_.shape),
+                                loc));
     return slice_view<S, Axis>(begin, end);
   }
   /// Static slice: the extent End - Begin stays in the type.
@@ -272,7 +272,7 @@ class tensor {
                   "tensor::slice<Axis, Begin, End>(): End is past the extent of Axis");
     using S = typename detail::set_extent<Shape, Axis, End - Begin>::type;
     if (End > view_.shape.extent[Axis])
-      throw shape_error("slice: End past the extent " + to_string(view_.shape), std::source_location::current());
+      FUSEBOX_THROW(shape_error("slice: End past the extent " + to_string(view_.shape), std::source_location::current()));
     return slice_view<S, Axis>(Begin, End);
   }
 
@@ -289,8 +289,8 @@ class tensor {
   /// Row-major values; the count must match.
   void assign(std::initializer_list<T> values, std::source_location loc = std::source_location::current()) {
     if (values.size() != size())
-      throw shape_error("tensor::assign: " + std::to_string(values.size()) + " values for " + to_string(view_.shape),
-                        loc);
+      FUSEBOX_THROW(shape_error("tensor::assign: " + std::to_string(values.size()) + " values for " + to_string(view_.shape),
+                                loc));
     std::size_t i = 0;
     for (T v : values) flat(i++) = v;
   }

@@ -38,12 +38,12 @@ inline std::size_t bucket_index(const std::vector<std::size_t>& boundaries, std:
 
 inline void check_boundaries(const std::vector<std::size_t>& boundaries, const char* who) {
   if (boundaries.empty())
-    throw invalid_argument(std::string("fusebox: ") + who + ": no bucket boundaries given");
+    FUSEBOX_THROW(invalid_argument(std::string("fusebox: ") + who + ": no bucket boundaries given"));
   for (std::size_t b = 0; b < boundaries.size(); ++b)
     if (boundaries[b] == 0 || (b > 0 && boundaries[b] <= boundaries[b - 1]))
-      throw invalid_argument(std::string("fusebox: ") + who + ": bucket boundaries must be " +
-                             "positive and strictly increasing; boundary " + std::to_string(b) +
-                             " is " + std::to_string(boundaries[b]));
+      FUSEBOX_THROW(invalid_argument(std::string("fusebox: ") + who + ": bucket boundaries must be " +
+                                     "positive and strictly increasing; boundary " + std::to_string(b) +
+                                     " is " + std::to_string(boundaries[b])));
 }
 }  // namespace detail
 
@@ -56,16 +56,16 @@ class bucketing_sampler {
       : boundaries_(std::move(boundaries)), batch_size_(batch_size), shuffle_(shuffle),
         drop_last_(drop_last), seed_(seed) {
     detail::check_boundaries(boundaries_, "bucketing_sampler");
-    if (batch_size_ == 0) throw invalid_argument("fusebox: bucketing_sampler: batch_size must be at least 1");
+    if (batch_size_ == 0) FUSEBOX_THROW(invalid_argument("fusebox: bucketing_sampler: batch_size must be at least 1"));
     buckets_.resize(boundaries_.size());
     for (std::size_t i = 0; i < lengths.size(); ++i) {
       const std::size_t b = detail::bucket_index(boundaries_, lengths[i]);
       if (b == boundaries_.size())
-        throw invalid_argument("fusebox: bucketing_sampler: sample " + std::to_string(i) +
-                               " has length " + std::to_string(lengths[i]) +
-                               ", more than the largest bucket boundary " +
-                               std::to_string(boundaries_.back()) +
-                               "; add a larger boundary or shorten the sample");
+        FUSEBOX_THROW(invalid_argument("fusebox: bucketing_sampler: sample " + std::to_string(i) +
+                                       " has length " + std::to_string(lengths[i]) +
+                                       ", more than the largest bucket boundary " +
+                                       std::to_string(boundaries_.back()) +
+                                       "; add a larger boundary or shorten the sample"));
       buckets_[b].push_back(i);
     }
   }
@@ -131,9 +131,9 @@ struct bucket_collate {
     for (const auto& s : samples) longest = std::max<std::size_t>(longest, std::ranges::size(s));
     const std::size_t b = detail::bucket_index(boundaries, longest);
     if (b == boundaries.size())
-      throw invalid_argument("fusebox: bucket_collate: a sample of length " +
-                             std::to_string(longest) + " is longer than the largest boundary " +
-                             std::to_string(boundaries.back()));
+      FUSEBOX_THROW(invalid_argument("fusebox: bucket_collate: a sample of length " +
+                                     std::to_string(longest) + " is longer than the largest boundary " +
+                                     std::to_string(boundaries.back())));
     const std::size_t length = boundaries[b];
     padded_batch<T> out{allocate_stacked<T>({samples.size(), length}, allocate), {}};
     for (std::size_t i = 0; i < samples.size(); ++i) {

@@ -60,11 +60,11 @@ stacked<T> allocate_stacked(std::vector<std::size_t> shape, const batch_allocato
   const std::size_t bytes = out.size() * sizeof(T);
   out.storage = allocate ? allocate(bytes) : allocate_storage(bytes);
   if (bytes > 0 && !out.storage)
-    throw std::bad_alloc();  // the hook's contract; a null here would be a crash later
+    FUSEBOX_THROW(std::bad_alloc());  // the hook's contract; a null here would be a crash later
   if (reinterpret_cast<std::uintptr_t>(out.storage.get()) % alignof(T) != 0)
-    throw invalid_argument("fusebox: data loader: the batch allocator returned memory aligned to "
-                           "less than the " + std::to_string(alignof(T)) +
-                           " bytes the batch's element type needs");
+    FUSEBOX_THROW(invalid_argument("fusebox: data loader: the batch allocator returned memory aligned to "
+                                   "less than the " + std::to_string(alignof(T)) +
+                                   " bytes the batch's element type needs"));
   return out;
 }
 
@@ -102,12 +102,12 @@ auto collate_field(const std::vector<Sample>& samples, Field field, const std::s
     for (std::size_t i = 0; i < batch; ++i) {
       const auto& row = field(samples[i]);
       if (std::ranges::size(row) != n)
-        throw invalid_argument(
+        FUSEBOX_THROW(invalid_argument(
             "fusebox: default_collate: " + what + " of sample " + std::to_string(i) +
             " of the batch has " + std::to_string(std::ranges::size(row)) + " values and of "
             "sample 0 " + std::to_string(n) + "; samples stacked into one batch must have one "
             "size (for variable lengths use bucketing_sampler with bucket_collate, or a collate "
-            "of your own)");
+            "of your own)"));
       std::ranges::copy(row, out.data() + i * n);
     }
     return out;

@@ -50,15 +50,15 @@ inline image_set load_image_set(const std::filesystem::path& images_file,
   const idx_array images = read_idx(images_file);
   const idx_array labels = read_idx(labels_file);
   if (images.type() != idx_type::uint8 || images.extents.size() != 3)
-    throw invalid_argument("fusebox: '" + images_file.string() + "' holds " +
-                           images.extents_text() + " " + idx_type_name(images.type()) +
-                           " values; Fashion-MNIST images are uint8 [count x rows x cols]");
+    FUSEBOX_THROW(invalid_argument("fusebox: '" + images_file.string() + "' holds " +
+                                   images.extents_text() + " " + idx_type_name(images.type()) +
+                                   " values; Fashion-MNIST images are uint8 [count x rows x cols]"));
   if (labels.type() != idx_type::uint8 || labels.extents.size() != 1 ||
       labels.extents[0] != images.extents[0])
-    throw invalid_argument("fusebox: '" + labels_file.string() + "' holds " +
-                           labels.extents_text() + " " + idx_type_name(labels.type()) +
-                           " values; expected " + std::to_string(images.extents[0]) +
-                           " uint8 labels, one per image of '" + images_file.string() + "'");
+    FUSEBOX_THROW(invalid_argument("fusebox: '" + labels_file.string() + "' holds " +
+                                   labels.extents_text() + " " + idx_type_name(labels.type()) +
+                                   " values; expected " + std::to_string(images.extents[0]) +
+                                   " uint8 labels, one per image of '" + images_file.string() + "'"));
 
   image_set set;
   set.count = images.extents[0];
@@ -71,9 +71,9 @@ inline image_set load_image_set(const std::filesystem::path& images_file,
   set.labels.resize(classes.size());
   for (std::size_t i = 0; i < classes.size(); ++i) {
     if (classes[i] > 9)
-      throw invalid_argument("fusebox: '" + labels_file.string() + "': label " +
-                             std::to_string(i) + " is " + std::to_string(classes[i]) +
-                             "; Fashion-MNIST labels are 0..9");
+      FUSEBOX_THROW(invalid_argument("fusebox: '" + labels_file.string() + "': label " +
+                                     std::to_string(i) + " is " + std::to_string(classes[i]) +
+                                     "; Fashion-MNIST labels are 0..9"));
     set.labels[i] = classes[i];
   }
   return set;
@@ -101,11 +101,11 @@ inline fashion_mnist load_fashion_mnist(
     }
   }
   if (!missing.empty())
-    throw invalid_argument("fusebox: Fashion-MNIST not found in '" + dir.string() +
-                           "': missing " + missing +
-                           ". Install Debian's package dataset-fashion-mnist (apt-get install "
-                           "dataset-fashion-mnist), or pass the directory that holds the files "
-                           "from https://github.com/zalandoresearch/fashion-mnist");
+    FUSEBOX_THROW(invalid_argument("fusebox: Fashion-MNIST not found in '" + dir.string() +
+                                   "': missing " + missing +
+                                   ". Install Debian's package dataset-fashion-mnist (apt-get install "
+                                   "dataset-fashion-mnist), or pass the directory that holds the files "
+                                   "from https://github.com/zalandoresearch/fashion-mnist"));
   return {detail::load_image_set(files[0], files[1]), detail::load_image_set(files[2], files[3])};
 }
 

@@ -108,7 +108,7 @@ class file_reader {
 
   /// Throws fusebox::invalid_argument("fusebox: '<path>': <what>").
   [[noreturn]] void fail(const std::string& what) const {
-    throw invalid_argument("fusebox: '" + path_.string() + "': " + what);
+    FUSEBOX_THROW(invalid_argument("fusebox: '" + path_.string() + "': " + what));
   }
 
  private:

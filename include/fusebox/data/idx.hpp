@@ -73,8 +73,8 @@ struct idx_array {
   template <class T>
   const std::vector<T>& as() const {
     if (const auto* v = std::get_if<std::vector<T>>(&values)) return *v;
-    throw invalid_argument("fusebox: '" + path.string() + "' holds " + idx_type_name(type()) +
-                           " elements; they were asked for as another type");
+    FUSEBOX_THROW(invalid_argument("fusebox: '" + path.string() + "' holds " + idx_type_name(type()) +
+                                   " elements; they were asked for as another type"));
   }
 
   /// "60000 x 28 x 28", for messages.

@@ -145,8 +145,8 @@ class loader {
     batch_type* operator->() const { return &*owner_->current_; }
     iterator& operator++() {
       if (run_ != owner_->run_)
-        throw invalid_argument("fusebox: data loader: ++ on an iterator of an epoch that has "
-                               "ended (begin() was called again); iterators are single-pass");
+        FUSEBOX_THROW(invalid_argument("fusebox: data loader: ++ on an iterator of an epoch that has "
+                                       "ended (begin() was called again); iterators are single-pass"));
       owner_->advance();
       return *this;
     }
@@ -166,7 +166,7 @@ class loader {
         collate_(std::move(collate)) {
     const auto& o = options_;
     auto refuse = [](const std::string& why) {
-      throw invalid_argument("fusebox: data loader: " + why);
+      FUSEBOX_THROW(invalid_argument("fusebox: data loader: " + why));
     };
     if (o.batch_size == 0) refuse("batch_size must be at least 1");
     if (o.prefetch_factor == 0) refuse("prefetch_factor must be at least 1");
@@ -285,10 +285,10 @@ class loader {
       for (std::size_t k = 0; k < batches->size(); ++k)
         for (std::size_t i : (*batches)[k])
           if (i >= n)
-            throw invalid_argument("fusebox: data loader: batch " + std::to_string(k) +
-                                   " of epoch " + std::to_string(epoch) + " holds index " +
-                                   std::to_string(i) + ", but the dataset has " +
-                                   std::to_string(n) + " samples");
+            FUSEBOX_THROW(invalid_argument("fusebox: data loader: batch " + std::to_string(k) +
+                                           " of epoch " + std::to_string(epoch) + " holds index " +
+                                           std::to_string(i) + ", but the dataset has " +
+                                           std::to_string(n) + " samples"));
       batches_ = std::move(batches);
     }
 

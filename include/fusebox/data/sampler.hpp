@@ -65,7 +65,7 @@ inline index_batches make_batches(const std::vector<std::size_t>& indices, std::
 /// Batches over [0, n): in order, or shuffled by (seed, epoch).
 inline index_batches batch_indices(std::size_t n, std::size_t batch_size, bool shuffle,
                                    bool drop_last, std::uint64_t seed, std::uint64_t epoch) {
-  if (batch_size == 0) throw invalid_argument("fusebox: data loader: batch_size must be at least 1");
+  if (batch_size == 0) FUSEBOX_THROW(invalid_argument("fusebox: data loader: batch_size must be at least 1"));
   std::vector<std::size_t> indices(n);
   std::iota(indices.begin(), indices.end(), std::size_t{0});
   if (shuffle) shuffle_indices(indices, epoch_seed(seed, epoch));

@@ -60,7 +60,7 @@ class json_parser {
 
  private:
   [[noreturn]] void fail(const std::string& why) const {
-    throw invalid_argument(what_ + ": malformed JSON at byte " + std::to_string(pos_) + ": " + why);
+    FUSEBOX_THROW(invalid_argument(what_ + ": malformed JSON at byte " + std::to_string(pos_) + ": " + why));
   }
   void skip_ws() {
     while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) ++pos_;

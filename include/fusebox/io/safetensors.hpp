@@ -106,67 +106,67 @@ inline double element(const std::string& dtype, const std::byte* p, std::size_t 
 inline safetensors_file read_safetensors(const std::filesystem::path& path) {
   const std::string file = "safetensors file '" + path.string() + "'";
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw invalid_argument(file + ": cannot be opened");
+  if (!in) FUSEBOX_THROW(invalid_argument(file + ": cannot be opened"));
   const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::size_t size = bytes.size();
   if (size < 8)
-    throw invalid_argument(file + ": " + std::to_string(size) + " bytes, too short for the 8-byte header length");
+    FUSEBOX_THROW(invalid_argument(file + ": " + std::to_string(size) + " bytes, too short for the 8-byte header length"));
   const auto n = detail::load_le<std::uint64_t>(reinterpret_cast<const std::byte*>(bytes.data()));
   if (n > 100'000'000)
-    throw invalid_argument(file + ": the header length word says " + std::to_string(n) +
-                           " bytes, above the format's 100000000-byte cap (not a safetensors file?)");
+    FUSEBOX_THROW(invalid_argument(file + ": the header length word says " + std::to_string(n) +
+                                   " bytes, above the format's 100000000-byte cap (not a safetensors file?)"));
   if (n > size - 8)
-    throw invalid_argument(file + ": the header length word says " + std::to_string(n) + " bytes, but only " +
-                           std::to_string(size - 8) + " follow it (truncated file?)");
+    FUSEBOX_THROW(invalid_argument(file + ": the header length word says " + std::to_string(n) + " bytes, but only " +
+                                   std::to_string(size - 8) + " follow it (truncated file?)"));
   const std::string_view header(bytes.data() + 8, n);
   if (n == 0 || header[0] != '{')
-    throw invalid_argument(file + ": the header does not start with '{' (not a safetensors file?)");
+    FUSEBOX_THROW(invalid_argument(file + ": the header does not start with '{' (not a safetensors file?)"));
   const json doc = parse_json(header, file + " header");
-  if (doc.type != json::kind::object) throw invalid_argument(file + ": the header is not a JSON object");
+  if (doc.type != json::kind::object) FUSEBOX_THROW(invalid_argument(file + ": the header is not a JSON object"));
 
   safetensors_file out;
   const std::uint64_t data_size = size - 8 - n;
   for (const auto& [name, v] : doc.members) {
     const std::string what = file + ": tensor '" + name + "'";
     if (name == "__metadata__") {
-      if (v.type != json::kind::object) throw invalid_argument(file + ": __metadata__ is not an object");
+      if (v.type != json::kind::object) FUSEBOX_THROW(invalid_argument(file + ": __metadata__ is not an object"));
       for (const auto& [k, s] : v.members) {
         if (s.type != json::kind::string)
-          throw invalid_argument(file + ": __metadata__ value of '" + k + "' is not a string");
+          FUSEBOX_THROW(invalid_argument(file + ": __metadata__ value of '" + k + "' is not a string"));
         out.metadata.emplace_back(k, s.text);
       }
       continue;
     }
-    if (v.type != json::kind::object) throw invalid_argument(what + ": its entry is not an object");
+    if (v.type != json::kind::object) FUSEBOX_THROW(invalid_argument(what + ": its entry is not an object"));
     const json* dtype = v.find("dtype");
     const json* shape = v.find("shape");
     const json* offsets = v.find("data_offsets");
     if (!dtype || dtype->type != json::kind::string || !shape || shape->type != json::kind::array || !offsets ||
         offsets->type != json::kind::array || offsets->items.size() != 2)
-      throw invalid_argument(what + ": the entry needs \"dtype\" (a string), \"shape\" (an array) and "
-                                    "\"data_offsets\" ([begin, end])");
+      FUSEBOX_THROW(invalid_argument(what + ": the entry needs \"dtype\" (a string), \"shape\" (an array) and "
+                                            "\"data_offsets\" ([begin, end])"));
     safetensors_entry e;
     e.name = name;
     e.dtype = dtype->text;
     const std::size_t item = detail::dtype_size(e.dtype);
-    if (item == 0) throw invalid_argument(what + ": unknown dtype '" + e.dtype + "'");
+    if (item == 0) FUSEBOX_THROW(invalid_argument(what + ": unknown dtype '" + e.dtype + "'"));
     std::uint64_t count = 1;
     for (const auto& d : shape->items) {
       std::uint64_t x;
-      if (!d.as_index(x)) throw invalid_argument(what + ": a shape extent is not a non-negative integer");
+      if (!d.as_index(x)) FUSEBOX_THROW(invalid_argument(what + ": a shape extent is not a non-negative integer"));
       e.shape.push_back(x);
-      if (x != 0 && count > UINT64_MAX / x) throw invalid_argument(what + ": the shape's element count overflows");
+      if (x != 0 && count > UINT64_MAX / x) FUSEBOX_THROW(invalid_argument(what + ": the shape's element count overflows"));
       count *= x;
     }
     if (!offsets->items[0].as_index(e.begin) || !offsets->items[1].as_index(e.end) || e.begin > e.end)
-      throw invalid_argument(what + ": data_offsets must be two integers begin <= end");
+      FUSEBOX_THROW(invalid_argument(what + ": data_offsets must be two integers begin <= end"));
     if (e.end > data_size)
-      throw invalid_argument(what + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                             "] run past the " + std::to_string(data_size) + "-byte data buffer (truncated file?)");
+      FUSEBOX_THROW(invalid_argument(what + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                                     "] run past the " + std::to_string(data_size) + "-byte data buffer (truncated file?)"));
     if (count > UINT64_MAX / item || e.end - e.begin != count * item)
-      throw invalid_argument(what + ": " + e.dtype + " " + detail::shape_text(e.shape) + " needs " +
-                             std::to_string(count * item) + " bytes, data_offsets give " +
-                             std::to_string(e.end - e.begin));
+      FUSEBOX_THROW(invalid_argument(what + ": " + e.dtype + " " + detail::shape_text(e.shape) + " needs " +
+                                     std::to_string(count * item) + " bytes, data_offsets give " +
+                                     std::to_string(e.end - e.begin)));
     out.entries.push_back(std::move(e));
   }
   // The tensors tile the buffer: no overlaps, no holes (the reference reader's rule).
@@ -176,14 +176,14 @@ inline safetensors_file read_safetensors(const std::filesystem::path& path) {
   std::uint64_t at = 0;
   for (const auto* e : order) {
     if (e->begin != at)
-      throw invalid_argument(file + ": tensor '" + e->name + "' starts at byte " + std::to_string(e->begin) +
-                             " of the data buffer, expected " + std::to_string(at) +
-                             (e->begin < at ? " (overlaps the previous tensor)" : " (a hole before it)"));
+      FUSEBOX_THROW(invalid_argument(file + ": tensor '" + e->name + "' starts at byte " + std::to_string(e->begin) +
+                                     " of the data buffer, expected " + std::to_string(at) +
+                                     (e->begin < at ? " (overlaps the previous tensor)" : " (a hole before it)")));
     at = e->end;
   }
   if (at != data_size)
-    throw invalid_argument(file + ": the tensors cover " + std::to_string(at) + " of the " +
-                           std::to_string(data_size) + " data bytes");
+    FUSEBOX_THROW(invalid_argument(file + ": the tensors cover " + std::to_string(at) + " of the " +
+                                   std::to_string(data_size) + " data bytes"));
   out.data.resize(data_size);
   std::memcpy(out.data.data(), bytes.data() + 8 + n, data_size);
   return out;
@@ -226,9 +226,9 @@ void save_safetensors(const std::filesystem::path& path, const nn::parameter_lis
   const std::filesystem::path tmp = path.string() + ".tmp";
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw invalid_argument("save_safetensors: cannot write '" + tmp.string() + "'");
+    if (!f) FUSEBOX_THROW(invalid_argument("save_safetensors: cannot write '" + tmp.string() + "'"));
     f.write(reinterpret_cast<const char*>(out.data()), static_cast<std::streamsize>(out.size()));
-    if (!f) throw invalid_argument("save_safetensors: writing '" + tmp.string() + "' failed");
+    if (!f) FUSEBOX_THROW(invalid_argument("save_safetensors: writing '" + tmp.string() + "' failed"));
   }
   std::filesystem::rename(tmp, path);
 }
@@ -248,24 +248,24 @@ void load_safetensors(const safetensors_file& f, const std::string& file, const 
     }
     std::vector<std::uint64_t> want(p.shape.extent.begin(), p.shape.extent.begin() + p.shape.rank);
     if (e->shape != want)
-      throw invalid_argument(file + ": tensor '" + p.name + "' is " + e->dtype + " " + detail::shape_text(e->shape) +
-                             " in the file but " + to_string(p.shape) + " in the model (at " + where(loc) + ")");
+      FUSEBOX_THROW(invalid_argument(file + ": tensor '" + p.name + "' is " + e->dtype + " " + detail::shape_text(e->shape) +
+                                     " in the file but " + to_string(p.shape) + " in the model (at " + where(loc) + ")"));
     if (e->dtype != "F64" && e->dtype != "F32" && e->dtype != "F16" && e->dtype != "BF16")
-      throw invalid_argument(file + ": tensor '" + p.name + "' has dtype " + e->dtype +
-                             "; floating-point parameters load from F64, F32, F16 or BF16 (at " + where(loc) + ")");
+      FUSEBOX_THROW(invalid_argument(file + ": tensor '" + p.name + "' has dtype " + e->dtype +
+                                     "; floating-point parameters load from F64, F32, F16 or BF16 (at " + where(loc) + ")"));
     found.push_back(e);
   }
   if (!missing.empty())
-    throw invalid_argument(file + ": missing " + missing + " (the file holds " + std::to_string(f.entries.size()) +
-                           " tensors) (at " + where(loc) + ")");
+    FUSEBOX_THROW(invalid_argument(file + ": missing " + missing + " (the file holds " + std::to_string(f.entries.size()) +
+                                   " tensors) (at " + where(loc) + ")"));
   if (strict) {
     std::string unexpected;
     for (const auto& e : f.entries)
       if (!params.find(e.name)) unexpected += (unexpected.empty() ? "'" : ", '") + e.name + "'";
     if (!unexpected.empty())
-      throw invalid_argument(file + ": unexpected " + unexpected +
-                             " not among the model's parameters (pass strict = false to ignore them) (at " +
-                             where(loc) + ")");
+      FUSEBOX_THROW(invalid_argument(file + ": unexpected " + unexpected +
+                                     " not among the model's parameters (pass strict = false to ignore them) (at " +
+                                     where(loc) + ")"));
   }
   for (std::size_t k = 0; k < found.size(); ++k) {
     const auto& p = params[k];

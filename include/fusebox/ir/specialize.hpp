@@ -116,9 +116,9 @@ std::array<ir::node, N> specialise(const std::array<ir::node, N>& generic, const
         if (const dims* got = break_entry(generic, n, breaks++, args)) {
           for (std::size_t d = 0; d < got->rank; ++d)
             if (is_known_extent(n.desc.shape.extent[d]) && got->extent[d] != n.desc.shape.extent[d])
-              throw shape_error("opaque(): its function returned extents " + to_string(*got) +
-                                    ", but its declared result type has " + to_string(n.desc.shape),
-                                std::source_location{});
+              FUSEBOX_THROW(shape_error("opaque(): its function returned extents " + to_string(*got) +
+                                            ", but its declared result type has " + to_string(n.desc.shape),
+                                        std::source_location{}));
           n.desc.shape = *got;
         }
         break;
@@ -127,9 +127,9 @@ std::array<ir::node, N> specialise(const std::array<ir::node, N>& generic, const
         for (int q = 1; q < n.n_inputs; ++q) {
           const auto r = broadcast(s, in(q));
           if (!r.ok)
-            throw shape_error(std::string(n.desc.name) + ": shapes " + to_string(s) + " and " + to_string(in(q)) +
-                                  " cannot broadcast",
-                              std::source_location{});
+            FUSEBOX_THROW(shape_error(std::string(n.desc.name) + ": shapes " + to_string(s) + " and " + to_string(in(q)) +
+                                          " cannot broadcast",
+                                      std::source_location{}));
           s = r.out;
         }
         n.desc.shape = s;
@@ -141,9 +141,9 @@ std::array<ir::node, N> specialise(const std::array<ir::node, N>& generic, const
       case node_kind::matmul: {
         const auto r = fusebox::detail::matmul_shape(in(0), in(1));
         if (!r.rank_ok || in(0).back(0) != in(1).back(1))
-          throw shape_error("matmul: a is " + to_string(in(0)) + ", b is " + to_string(in(1)) +
-                                "; the inner extents must match",
-                            std::source_location{});
+          FUSEBOX_THROW(shape_error("matmul: a is " + to_string(in(0)) + ", b is " + to_string(in(1)) +
+                                        "; the inner extents must match",
+                                    std::source_location{}));
         n.desc.shape = r.out;
         break;
       }
@@ -155,24 +155,24 @@ std::array<ir::node, N> specialise(const std::array<ir::node, N>& generic, const
           dims o = in(q);
           end += o.extent[axis];
           o.extent[axis] = s.extent[axis];
-          if (!(o == s)) throw shape_error("pad: operands " + to_string(in(0)) + " and " + to_string(in(q)) +
-                                               " differ away from axis " + std::to_string(axis), std::source_location{});
+          if (!(o == s)) FUSEBOX_THROW(shape_error("pad: operands " + to_string(in(0)) + " and " + to_string(in(q)) +
+                                                       " differ away from axis " + std::to_string(axis), std::source_location{}));
         }
         s.extent[axis] = n.desc.shape.extent[axis];
         if (!is_known_extent(s.extent[axis]) || end > s.extent[axis])
-          throw shape_error("pad: the operands (" + to_string(in(0)) + ", ...) do not fit in " + to_string(n.desc.shape),
-                            std::source_location{});
+          FUSEBOX_THROW(shape_error("pad: the operands (" + to_string(in(0)) + ", ...) do not fit in " + to_string(n.desc.shape),
+                                    std::source_location{}));
         n.desc.shape = s;
         break;
       }
       case node_kind::attention: {  // attention(), or one of its gradient kernels (desc.variant 1-3)
         const auto r = fusebox::detail::attention_shape(in(0), in(1), in(2), n.desc.causal);
         if (!r.rank_ok || !r.extents_ok || !r.causal_ok)
-          throw shape_error(std::string(n.desc.name) + ": q is " + to_string(in(0)) + ", k is " + to_string(in(1)) +
-                                ", v is " + to_string(in(2)) + "; need [batch, tokens, heads, head dim] with equal "
-                                "batch and heads, k and v the same tokens, q and k the same head dim" +
-                                (r.causal_ok ? "" : ", and as many queries as keys for the causal mask"),
-                            std::source_location{});
+          FUSEBOX_THROW(shape_error(std::string(n.desc.name) + ": q is " + to_string(in(0)) + ", k is " + to_string(in(1)) +
+                                        ", v is " + to_string(in(2)) + "; need [batch, tokens, heads, head dim] with equal "
+                                        "batch and heads, k and v the same tokens, q and k the same head dim" +
+                                        (r.causal_ok ? "" : ", and as many queries as keys for the causal mask"),
+                                    std::source_location{}));
         if (n.desc.variant == 0) {
           n.desc.shape = r.out;
           break;
@@ -183,19 +183,19 @@ std::array<ir::node, N> specialise(const std::array<ir::node, N>& generic, const
         const bool fused_ok =
             n.desc.variant != 3 || (in(0).extent[1] == in(1).extent[1] && in(0).extent[3] == in(2).extent[3]);
         if (!(in(3) == r.out) || !(in(4) == r.out) || !fused_ok)
-          throw shape_error(std::string(n.desc.name) + ": q is " + to_string(in(0)) + ", k is " + to_string(in(1)) +
-                                ", v is " + to_string(in(2)) + ", o is " + to_string(in(3)) + ", its gradient " +
-                                to_string(in(4)) + (fused_ok ? "; o and its gradient must be attention's result "
-                                                               "shape " + to_string(r.out)
-                                                             : "; the gradient was built for as many queries as keys "
-                                                               "(and E == Ev), which this call does not have"),
-                            std::source_location{});
+          FUSEBOX_THROW(shape_error(std::string(n.desc.name) + ": q is " + to_string(in(0)) + ", k is " + to_string(in(1)) +
+                                        ", v is " + to_string(in(2)) + ", o is " + to_string(in(3)) + ", its gradient " +
+                                        to_string(in(4)) + (fused_ok ? "; o and its gradient must be attention's result "
+                                                                       "shape " + to_string(r.out)
+                                                                     : "; the gradient was built for as many queries as keys "
+                                                                       "(and E == Ev), which this call does not have"),
+                                    std::source_location{}));
         n.desc.shape = fusebox::detail::attention_backward_shape(n.desc.variant, in(0), in(1), in(2));
         break;
       }
       case node_kind::gather: {
         const auto r = fusebox::detail::gather_shape(n.desc.variant, n.desc.vocab, in(0), in(1));
-        if (!r.ok) throw shape_error(fusebox::detail::gather_error_text(n.desc.variant, in(0), in(1)), std::source_location{});
+        if (!r.ok) FUSEBOX_THROW(shape_error(fusebox::detail::gather_error_text(n.desc.variant, in(0), in(1)), std::source_location{}));
         n.desc.shape = r.out;
         break;
       }
@@ -203,7 +203,7 @@ std::array<ir::node, N> specialise(const std::array<ir::node, N>& generic, const
         dims ins[ir::max_inputs];
         for (int q = 0; q < n.n_inputs; ++q) ins[q] = in(q);
         const custom_shape_result r = n.desc.custom->shape(ins, n.n_inputs);
-        if (!r.ok) throw shape_error(n.desc.custom->error(ins, n.n_inputs), std::source_location{});
+        if (!r.ok) FUSEBOX_THROW(shape_error(n.desc.custom->error(ins, n.n_inputs), std::source_location{}));
         n.desc.shape = r.out;
         break;
       }
@@ -211,15 +211,15 @@ std::array<ir::node, N> specialise(const std::array<ir::node, N>& generic, const
         const dims b = n.n_inputs == 2 ? in(1) : dims{};
         const auto r = fusebox::detail::spatial_shape(n.desc.win, in(0), b);
         if (r.error != fusebox::detail::spatial_ok)
-          throw shape_error(fusebox::detail::spatial_error_text(n.desc.win, in(0), b, r.error), std::source_location{});
+          FUSEBOX_THROW(shape_error(fusebox::detail::spatial_error_text(n.desc.win, in(0), b, r.error), std::source_location{}));
         // A symbol names one extent; an output height is another, which the guard knows nothing of.
         for (std::size_t d = 1; d < 4; ++d)
           if (!is_known_extent(r.out.extent[d]))
-            throw shape_error(std::string(n.desc.name) + ": operand " + to_string(in(0)) +
-                                  (n.n_inputs == 2 ? ", " + to_string(b) : std::string()) +
-                                  ": on the run-time path only the batch (dimension 0) of conv2d and pooling may "
-                                  "vary; give channels, height and width static extents",
-                              std::source_location{});
+            FUSEBOX_THROW(shape_error(std::string(n.desc.name) + ": operand " + to_string(in(0)) +
+                                          (n.n_inputs == 2 ? ", " + to_string(b) : std::string()) +
+                                          ": on the run-time path only the batch (dimension 0) of conv2d and pooling may "
+                                          "vary; give channels, height and width static extents",
+                                      std::source_location{}));
         n.desc.shape = r.out;
         break;
       }
@@ -239,11 +239,11 @@ std::array<ir::node, N> specialise(const std::array<ir::node, N>& generic, const
           const std::size_t start = n.desc.view_start, end = start + in(0).rank - n.desc.shape.rank;
           const dims s = ops::flattened(in(0), start, end);
           if (!is_known_extent(s.extent[start]))
-            throw shape_error("flatten<" + std::to_string(start) + ", " + std::to_string(end) + ">: " + to_string(in(0)) +
-                                  ": on the run-time path the merged dimensions may not vary (their product would "
-                                  "be an extent the guard knows nothing of); keep them static, or flatten only "
-                                  "dimensions after the varying one",
-                              std::source_location{});
+            FUSEBOX_THROW(shape_error("flatten<" + std::to_string(start) + ", " + std::to_string(end) + ">: " + to_string(in(0)) +
+                                          ": on the run-time path the merged dimensions may not vary (their product would "
+                                          "be an extent the guard knows nothing of); keep them static, or flatten only "
+                                          "dimensions after the varying one",
+                                      std::source_location{}));
           n.desc.shape = s;
         } else if (std::string_view(n.desc.name) == ops::unflatten_view<0, shape<1>>::name) {
           dims s{};

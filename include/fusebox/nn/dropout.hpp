@@ -49,8 +49,8 @@ struct dropout {
 
   explicit dropout(double prob = 0.5, std::source_location loc = std::source_location::current()) : p(prob) {
     if (!(prob >= 0 && prob <= 1))
-      throw invalid_argument("fusebox::nn::dropout: probability " + std::to_string(prob) + " is outside [0, 1] (at " +
-                             where(loc) + ")");
+      FUSEBOX_THROW(invalid_argument("fusebox::nn::dropout: probability " + std::to_string(prob) + " is outside [0, 1] (at " +
+                                     where(loc) + ")"));
   }
 
   std::tuple<> param_refs() { return {}; }

@@ -72,9 +72,9 @@ void check_same_shape(const A& a, const B& b, const char* op, const std::source_
   bool same = sa.rank == sb.rank;
   for (std::size_t d = 0; same && d < sa.rank; ++d) same = fusebox::detail::same_extent(sa.extent[d], sb.extent[d]);
   if (!same)
-    throw shape_error(std::string(op) + ": the first operand is " + to_string(sa) + ", the target " + to_string(sb) +
-                          "; they must have the same shape",
-                      loc);
+    FUSEBOX_THROW(shape_error(std::string(op) + ": the first operand is " + to_string(sa) + ", the target " + to_string(sb) +
+                                  "; they must have the same shape",
+                              loc));
 }
 
 /// Mean over every dimension: a rank-0 result.
@@ -113,17 +113,17 @@ template <std::size_t Classes, std::size_t N, class T = float, class Label>
 tensor<T, shape<N, Classes>> one_hot(std::span<const Label> labels,
                                      std::source_location loc = std::source_location::current()) {
   if (labels.size() != N)
-    throw shape_error("one_hot<" + std::to_string(Classes) + ", " + std::to_string(N) + ">: " +
-                          std::to_string(labels.size()) + " labels for a batch of " + std::to_string(N),
-                      loc);
+    FUSEBOX_THROW(shape_error("one_hot<" + std::to_string(Classes) + ", " + std::to_string(N) + ">: " +
+                                  std::to_string(labels.size()) + " labels for a batch of " + std::to_string(N),
+                              loc));
   tensor<T, shape<N, Classes>> out;
   out.fill(T(0));
   for (std::size_t i = 0; i < N; ++i) {
     const auto c = labels[i];
     if (c < 0 || static_cast<std::size_t>(c) >= Classes)
-      throw invalid_argument("fusebox::nn::one_hot<" + std::to_string(Classes) + ">: label " + std::to_string(i) +
-                             " is " + std::to_string(static_cast<long long>(c)) + ", outside [0, " +
-                             std::to_string(Classes) + ") (at " + where(loc) + ")");
+      FUSEBOX_THROW(invalid_argument("fusebox::nn::one_hot<" + std::to_string(Classes) + ">: label " + std::to_string(i) +
+                                     " is " + std::to_string(static_cast<long long>(c)) + ", outside [0, " +
+                                     std::to_string(Classes) + ") (at " + where(loc) + ")"));
     out(i, static_cast<std::size_t>(c)) = T(1);
   }
   return out;

@@ -41,12 +41,12 @@ class parameter_list {
   template <class S>
   void add(std::string name, tensor<T, S>& t, std::source_location loc = std::source_location::current()) {
     if (!t.contiguous())
-      throw invalid_argument("fusebox::nn::parameter_list::add: parameter '" + name + "' " + to_string(t.extents()) +
-                             " is a strided view; parameters must own contiguous storage (at " + where(loc) + ")");
+      FUSEBOX_THROW(invalid_argument("fusebox::nn::parameter_list::add: parameter '" + name + "' " + to_string(t.extents()) +
+                                     " is a strided view; parameters must own contiguous storage (at " + where(loc) + ")"));
     for (const auto& p : items_)
       if (p.name == name)
-        throw invalid_argument("fusebox::nn::parameter_list::add: the name '" + name + "' is used twice (at " +
-                               where(loc) + ")");
+        FUSEBOX_THROW(invalid_argument("fusebox::nn::parameter_list::add: the name '" + name + "' is used twice (at " +
+                                       where(loc) + ")"));
     items_.push_back({std::move(name), t.data(), t.extents()});
   }
 
@@ -55,8 +55,8 @@ class parameter_list {
   void add(std::string name, T* data, const dims& shape, std::source_location loc = std::source_location::current()) {
     for (const auto& p : items_)
       if (p.name == name)
-        throw invalid_argument("fusebox::nn::parameter_list::add: the name '" + name + "' is used twice (at " +
-                               where(loc) + ")");
+        FUSEBOX_THROW(invalid_argument("fusebox::nn::parameter_list::add: the name '" + name + "' is used twice (at " +
+                                       where(loc) + ")"));
     items_.push_back({std::move(name), data, shape});
   }
 
@@ -80,7 +80,7 @@ class parameter_list {
   void append(const parameter_list& other, const std::string& prefix = {}) {
     for (const auto& p : other.items_) {
       if (find(prefix + p.name))
-        throw invalid_argument("fusebox::nn::parameter_list::append: the name '" + prefix + p.name + "' is used twice");
+        FUSEBOX_THROW(invalid_argument("fusebox::nn::parameter_list::append: the name '" + prefix + p.name + "' is used twice"));
       items_.push_back({prefix + p.name, p.data, p.shape});
     }
   }

@@ -17,6 +17,7 @@
 #include <source_location>
 
 #include "fusebox/autodiff/rule.hpp"
+#include "fusebox/core/errors.hpp"
 #include "fusebox/expr/grad_nodes.hpp"
 #include "fusebox/ops/layout.hpp"
 #include "fusebox/ops/operand.hpp"
@@ -41,11 +42,11 @@ auto make_attention(const Q& q, const K& k, const V& v, const std::source_locati
     const dims sq = runtime_shape(e.q), sk = runtime_shape(e.k), sv = runtime_shape(e.v);
     const auto r = attention_shape(sq, sk, sv, Causal);
     if (!r.rank_ok || !r.extents_ok || !r.causal_ok)
-      throw shape_error("attention: q is " + to_string(sq) + ", k is " + to_string(sk) + ", v is " + to_string(sv) +
-                            "; need [batch, tokens, heads, head dim] with equal batch and heads, k and v the same "
-                            "tokens, q and k the same head dim" +
-                            (r.causal_ok ? "" : ", and as many queries as keys for the causal mask"),
-                        loc);
+      FUSEBOX_THROW(shape_error("attention: q is " + to_string(sq) + ", k is " + to_string(sk) + ", v is " + to_string(sv) +
+                                    "; need [batch, tokens, heads, head dim] with equal batch and heads, k and v the same "
+                                    "tokens, q and k the same head dim" +
+                                    (r.causal_ok ? "" : ", and as many queries as keys for the causal mask"),
+                                loc));
   }
   return finish(e);
 }

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "fusebox/backend/cpu/evaluate.hpp"
+#include "fusebox/core/errors.hpp"
 #include "fusebox/expr/node.hpp"
 #include "fusebox/ops/operand.hpp"
 
@@ -43,9 +44,9 @@ inline std::string call_site(const std::source_location& loc) {
 inline void broadcast_runtime(dims& acc, bool& first, const dims& s, const char* op, const std::source_location& loc) {
   const auto r = broadcast(acc, s);
   if (!first && !r.ok)
-    throw shape_error(std::string(op) + ": shapes " + to_string(acc) + " and " + to_string(s) +
-                          " cannot broadcast (dimension -" + std::to_string(r.bad_dim + 1) + ")" + call_site(loc),
-                      loc);
+    FUSEBOX_THROW(shape_error(std::string(op) + ": shapes " + to_string(acc) + " and " + to_string(s) +
+                                  " cannot broadcast (dimension -" + std::to_string(r.bad_dim + 1) + ")" + call_site(loc),
+                              loc));
   acc = r.out;
   first = false;
 }

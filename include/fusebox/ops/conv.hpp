@@ -20,6 +20,7 @@
 #include <source_location>
 
 #include "fusebox/autodiff/rule.hpp"
+#include "fusebox/core/errors.hpp"
 #include "fusebox/ops/elementwise.hpp"
 #include "fusebox/ops/layout.hpp"
 #include "fusebox/ops/spatial.hpp"
@@ -73,9 +74,9 @@ auto conv2d_node(const X& x, const W& w, const B& b, const std::source_location&
   // the call's extents by the run-time path then.
   if constexpr (sw.rank == 4 && !is_known_extent(sw.extent[0]))
     if (const std::size_t o = runtime_shape(as_expr<T>(w)).extent[0]; is_known_extent(o) && o != sb.extent[0])
-      throw shape_error("conv2d: w is " + to_string(runtime_shape(as_expr<T>(w))) + ", b is " + to_string(sb) +
-                            "; the bias needs one value per out channel",
-                        loc);
+      FUSEBOX_THROW(shape_error("conv2d: w is " + to_string(runtime_shape(as_expr<T>(w))) + ", b is " + to_string(sb) +
+                                    "; the bias needs one value per out channel",
+                                loc));
   return add(conv2d_node<SH, SW, PH, PW>(x, w, loc), reshape<shape<sb.extent[0], 1, 1>>(b, loc), loc);
 }
 }  // namespace detail

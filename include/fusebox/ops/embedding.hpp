@@ -24,6 +24,7 @@
 #include "fusebox/autodiff/rule.hpp"
 #include "fusebox/backend/cpu/evaluate.hpp"
 #include "fusebox/backend/cpu/gather.hpp"
+#include "fusebox/core/errors.hpp"
 #include "fusebox/expr/gather.hpp"
 #include "fusebox/ops/operand.hpp"
 
@@ -65,11 +66,7 @@ void check_embedding_ids(const E& ids, const dims& weight, const std::source_loc
   }
   if (!is_known_extent(weight.extent[0])) return;
   std::vector<std::uint32_t> scratch;
-  try {
-    cpu::read_ids(v, weight.extent[0], weight, "embedding", scratch);
-  } catch (const invalid_argument& e) {
-    throw invalid_argument(std::string(e.what()) + " (at " + where(loc) + ")");
-  }
+  cpu::read_ids(v, weight.extent[0], weight, "embedding", scratch, &loc);
 }
 }  // namespace detail
 
@@ -84,7 +81,7 @@ auto embedding(const W& w, const Ids& ids, std::source_location loc = std::sourc
   const dims sw = detail::runtime_shape(e.a);
   if constexpr (!EW::desc.shape.is_static() || !EI::desc.shape.is_static()) {
     const dims si = detail::runtime_shape(e.ids);
-    if (!detail::gather_shape(0, 0, sw, si).ok) throw shape_error(detail::gather_error_text(0, sw, si), loc);
+    if (!detail::gather_shape(0, 0, sw, si).ok) FUSEBOX_THROW(shape_error(detail::gather_error_text(0, sw, si), loc));
   }
   detail::check_embedding_ids(e.ids, sw, loc);
   return detail::finish(e);

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "fusebox/autodiff/rule.hpp"
+#include "fusebox/core/errors.hpp"
 #include "fusebox/expr/grad_nodes.hpp"
 #include "fusebox/ops/operand.hpp"
 
@@ -20,17 +21,17 @@ namespace fusebox {
 namespace ops {
 
 [[noreturn]] inline void throw_not_a_view(const dims& from, const dims& to) {
-  throw invalid_argument("reshape in a compiled model: its input " + to_string(from) + " is a view whose strides cannot "
-                         "be read as " + to_string(to) + " (it would split or merge dimensions that are not "
-                         "contiguous with each other); reshape before the transpose or slice, or pass a "
-                         "contiguous tensor (tensor::clone())");
+  FUSEBOX_THROW(invalid_argument("reshape in a compiled model: its input " + to_string(from) + " is a view whose strides cannot "
+                                 "be read as " + to_string(to) + " (it would split or merge dimensions that are not "
+                                 "contiguous with each other); reshape before the transpose or slice, or pass a "
+                                 "contiguous tensor (tensor::clone())"));
 }
 
 [[noreturn]] inline void throw_slice_out_of_range(const dims& in, std::size_t axis, std::size_t begin, std::size_t end) {
-  throw shape_error("slice<" + std::to_string(axis) + ", " + std::to_string(begin) + ", " + std::to_string(end) +
-                        "> in a compiled model: the input is " + to_string(in) + ", dimension " + std::to_string(axis) +
-                        " has " + std::to_string(in.extent[axis]) + " elements",
-                    std::source_location{});
+  FUSEBOX_THROW(shape_error("slice<" + std::to_string(axis) + ", " + std::to_string(begin) + ", " + std::to_string(end) +
+                                "> in a compiled model: the input is " + to_string(in) + ", dimension " + std::to_string(axis) +
+                                " has " + std::to_string(in.extent[axis]) + " elements",
+                            std::source_location{}));
 }
 
 /// Swaps dimensions A and B.
@@ -133,10 +134,10 @@ constexpr bool unflattened(const dims& to, const dims& g, std::size_t start, dim
 }
 
 [[noreturn]] inline void throw_flatten(const char* what, const dims& from, std::size_t start, const dims& to) {
-  throw shape_error(std::string(what) + "<" + std::to_string(start) + ">: " + to_string(from) + " cannot be split into " +
-                        to_string(to) + " (on the run-time path, give the dimensions flatten merges static extents, "
-                        "but for one)",
-                    std::source_location{});
+  FUSEBOX_THROW(shape_error(std::string(what) + "<" + std::to_string(start) + ">: " + to_string(from) + " cannot be split into " +
+                                to_string(to) + " (on the run-time path, give the dimensions flatten merges static extents, "
+                                "but for one)",
+                            std::source_location{}));
 }
 
 /// Dimensions Start..End merged into one (torch.flatten). A view: merging needs the merged

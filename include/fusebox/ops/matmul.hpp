@@ -10,6 +10,7 @@
 #include <source_location>
 
 #include "fusebox/autodiff/rule.hpp"
+#include "fusebox/core/errors.hpp"
 #include "fusebox/ops/elementwise.hpp"
 #include "fusebox/ops/layout.hpp"
 #include "fusebox/ops/operand.hpp"
@@ -29,9 +30,9 @@ auto matmul(const A& a, const B& b, std::source_location loc = std::source_locat
     // rule lets an unknown extent meet any, and the run-time path checks it against the call's
     // extents (ir/specialize.hpp, backend/cpu/generated_program.hpp's mm_sizes).
     if (!r.rank_ok || !r.inner_ok)
-      throw shape_error("matmul: a is " + to_string(sa) + ", b is " + to_string(sb) +
-                            "; need [.., M, K] x [.., K, N] with matching K and batch extents equal or 1",
-                        loc);
+      FUSEBOX_THROW(shape_error("matmul: a is " + to_string(sa) + ", b is " + to_string(sb) +
+                                    "; need [.., M, K] x [.., K, N] with matching K and batch extents equal or 1",
+                                loc));
   }
   return detail::finish(e);
 }

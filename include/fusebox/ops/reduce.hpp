@@ -15,6 +15,7 @@
 #include <source_location>
 
 #include "fusebox/autodiff/rule.hpp"
+#include "fusebox/core/errors.hpp"
 #include "fusebox/ops/elementwise.hpp"
 #include "fusebox/ops/math.hpp"
 #include "fusebox/ops/operand.hpp"
@@ -116,7 +117,7 @@ auto make_reduce(const X& x, const std::source_location& loc) {
   if constexpr (axis_n >= 0 && axis_n < static_cast<int>(rank)) {
     const Arg arg = as_expr<T>(x);
     if (runtime_shape(arg).size() == 0 && runtime_shape(arg).is_static())
-      throw shape_error(std::string(Op::name) + ": cannot reduce an empty tensor " + to_string(runtime_shape(arg)), loc);
+      FUSEBOX_THROW(shape_error(std::string(Op::name) + ": cannot reduce an empty tensor " + to_string(runtime_shape(arg)), loc));
     return finish(reduction<Op, axis_n, Keep, Arg>{{}, arg});
   }
 }

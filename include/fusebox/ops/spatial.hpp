@@ -20,6 +20,7 @@
 #include <source_location>
 #include <type_traits>
 
+#include "fusebox/core/errors.hpp"
 #include "fusebox/expr/spatial.hpp"
 #include "fusebox/ops/operand.hpp"
 
@@ -101,7 +102,7 @@ auto make_spatial(const std::source_location& loc, const X&... xs) {
     const dims shapes[] = {runtime_shape(std::get<0>(e.args)), runtime_shape(std::get<sizeof...(X) - 1>(e.args))};
     const dims b = sizeof...(X) == 2 ? shapes[1] : dims{};
     const auto r = spatial_shape(Op::params, shapes[0], b);
-    if (r.error != spatial_ok) throw shape_error(spatial_error_text(Op::params, shapes[0], b, r.error), loc);
+    if (r.error != spatial_ok) FUSEBOX_THROW(shape_error(spatial_error_text(Op::params, shapes[0], b, r.error), loc));
   }
   return finish(e);
 }

@@ -91,15 +91,15 @@ void load_state(const std::filesystem::path& path, Optimizer& opt,
   auto meta = [&](const std::string& key) -> const std::string& {
     for (const auto& [k, v] : f.metadata)
       if (k == key) return v;
-    throw invalid_argument(file + ": no '" + key + "' in its metadata (not written by optim::save_state?) (at " +
-                           where(loc) + ")");
+    FUSEBOX_THROW(invalid_argument(file + ": no '" + key + "' in its metadata (not written by optim::save_state?) (at " +
+                                   where(loc) + ")"));
   };
   auto number = [&](const std::string& key) {
     const std::string& text = meta(key);
     std::uint64_t v = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
     if (ec != std::errc{} || end != text.data() + text.size())
-      throw invalid_argument(file + ": metadata '" + key + "' is '" + text + "', not a count (at " + where(loc) + ")");
+      FUSEBOX_THROW(invalid_argument(file + ": metadata '" + key + "' is '" + text + "', not a count (at " + where(loc) + ")"));
     return v;
   };
   auto real = [&](const std::string& key) {
@@ -107,12 +107,12 @@ void load_state(const std::filesystem::path& path, Optimizer& opt,
     char* end = nullptr;
     const double v = std::strtod(text.c_str(), &end);
     if (text.empty() || *end != '\0')
-      throw invalid_argument(file + ": metadata '" + key + "' is '" + text + "', not a number (at " + where(loc) + ")");
+      FUSEBOX_THROW(invalid_argument(file + ": metadata '" + key + "' is '" + text + "', not a number (at " + where(loc) + ")"));
     return v;
   };
   auto mismatch = [&](const std::string& what, const std::string& in_file, const std::string& here) {
-    throw invalid_argument(file + ": " + what + " is " + in_file + " in the file but " + here +
-                           " in this optimizer (at " + where(loc) + ")");
+    FUSEBOX_THROW(invalid_argument(file + ": " + what + " is " + in_file + " in the file but " + here +
+                                   " in this optimizer (at " + where(loc) + ")"));
   };
 
   if (meta("fusebox.optimizer") != opt.name())

@@ -50,9 +50,9 @@ struct mutable_span {
 template <class T, class S>
 void push_mutable(std::vector<mutable_span<T>>& out, tensor<T, S>& g, const std::source_location& loc) {
   if (!g.contiguous())
-    throw invalid_argument("fusebox::optim::clip_grad_norm: gradient " + std::to_string(out.size()) + " " +
-                           to_string(g.extents()) + " is a strided view; pass the tensors the gradient call returned (at " +
-                           where(loc) + ")");
+    FUSEBOX_THROW(invalid_argument("fusebox::optim::clip_grad_norm: gradient " + std::to_string(out.size()) + " " +
+                                   to_string(g.extents()) + " is a strided view; pass the tensors the gradient call returned (at " +
+                                   where(loc) + ")"));
   out.push_back({g.data(), g.size()});
 }
 
@@ -86,8 +86,8 @@ double clip_grad_norm(G& grads, double max_norm, const clip_options& o = {},
                       std::source_location loc = std::source_location::current()) {
   const double p = o.norm_type;
   if (!(p > 0) || std::isnan(max_norm) || max_norm < 0)
-    throw invalid_argument("fusebox::optim::clip_grad_norm: need norm_type > 0 (got " + std::to_string(p) +
-                           ") and max_norm >= 0 (got " + std::to_string(max_norm) + ") (at " + where(loc) + ")");
+    FUSEBOX_THROW(invalid_argument("fusebox::optim::clip_grad_norm: need norm_type > 0 (got " + std::to_string(p) +
+                                   ") and max_norm >= 0 (got " + std::to_string(max_norm) + ") (at " + where(loc) + ")"));
   using T = typename detail::gradient_value<G>::type;
   std::vector<detail::mutable_span<T>> spans;
   if constexpr (is_tensor_v<G>) detail::push_mutable(spans, grads, loc);
@@ -121,10 +121,10 @@ double clip_grad_norm(G& grads, double max_norm, const clip_options& o = {},
   if (!inf_norm) total = two ? std::sqrt(total) : std::pow(total, 1.0 / p);
 
   if (o.error_if_nonfinite && !std::isfinite(total))
-    throw invalid_argument("fusebox::optim::clip_grad_norm: the total " + std::to_string(p) + "-norm of the gradients is " +
-                           std::to_string(total) +
-                           "; clipping cannot make it finite (set error_if_nonfinite = false to scale anyway) (at " +
-                           where(loc) + ")");
+    FUSEBOX_THROW(invalid_argument("fusebox::optim::clip_grad_norm: the total " + std::to_string(p) + "-norm of the gradients is " +
+                                   std::to_string(total) +
+                                   "; clipping cannot make it finite (set error_if_nonfinite = false to scale anyway) (at " +
+                                   where(loc) + ")"));
   const double coef = max_norm / (total + 1e-6);
   if (coef < 1.0 || std::isnan(coef)) {
     const T c = static_cast<T>(coef);

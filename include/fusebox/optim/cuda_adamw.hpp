@@ -26,6 +26,7 @@
 #include "fusebox/backend/cuda/module.hpp"
 #include "fusebox/backend/cuda/nvrtc.hpp"
 #include "fusebox/backend/cuda/tensor.hpp"
+#include "fusebox/core/errors.hpp"
 #include "fusebox/optim/adamw.hpp"
 
 namespace fusebox::optim {
@@ -101,8 +102,8 @@ class cuda_adamw {
     detail::require(o.beta1 >= 0 && o.beta1 < 1, "cuda_adamw", "beta parameter at index 0", o.beta1, "0 <= beta1 < 1");
     detail::require(o.beta2 >= 0 && o.beta2 < 1, "cuda_adamw", "beta parameter at index 1", o.beta2, "0 <= beta2 < 1");
     detail::require(o.weight_decay >= 0, "cuda_adamw", "weight_decay value", o.weight_decay, "weight_decay >= 0");
-    if (o.amsgrad) throw invalid_argument("fusebox::optim::cuda_adamw: amsgrad is not in the CUDA kernel yet");
-    if (params_.empty()) throw invalid_argument("fusebox::optim::cuda_adamw: no parameters");
+    if (o.amsgrad) FUSEBOX_THROW(invalid_argument("fusebox::optim::cuda_adamw: amsgrad is not in the CUDA kernel yet"));
+    if (params_.empty()) FUSEBOX_THROW(invalid_argument("fusebox::optim::cuda_adamw: no parameters"));
     std::size_t total = 0;
     for (const auto& p : params_) {
       offset_.push_back(total);
@@ -132,15 +133,15 @@ class cuda_adamw {
       std::apply([&](const auto&... t) { (g.push_back({t.data(), t.extents(), true}), ...); }, grads);
     }
     if (g.size() != params_.size())
-      throw shape_error("fusebox::optim::cuda_adamw::step: " + std::to_string(g.size()) + " gradients for " +
-                            std::to_string(params_.size()) + " parameters",
-                        loc);
+      FUSEBOX_THROW(shape_error("fusebox::optim::cuda_adamw::step: " + std::to_string(g.size()) + " gradients for " +
+                                    std::to_string(params_.size()) + " parameters",
+                                loc));
     for (std::size_t i = 0; i < g.size(); ++i)
       if (!(g[i].shape == params_[i].shape))
-        throw shape_error("fusebox::optim::cuda_adamw::step: gradient " + std::to_string(i) + " is " +
-                              to_string(g[i].shape) + " but parameter " + std::to_string(i) + " ('" + params_[i].name +
-                              "') is " + to_string(params_[i].shape),
-                          loc);
+        FUSEBOX_THROW(shape_error("fusebox::optim::cuda_adamw::step: gradient " + std::to_string(i) + " is " +
+                                      to_string(g[i].shape) + " but parameter " + std::to_string(i) + " ('" + params_[i].name +
+                                      "') is " + to_string(params_[i].shape),
+                                  loc));
     std::vector<device_chunk>& rows = next_table_;
     rows.clear();
     const auto m0 = moments_.get();

@@ -14,7 +14,7 @@
 // lr): `step()` once per epoch (or per iteration, as the schedule is meant), like torch's.
 // The optimizers take the learning rate as a run-time scalar of their fused pass, so a schedule
 // never causes a recompile (nothing about the update is compiled per lr).
-// Depends on: the standard library only.
+// Depends on: core/errors.hpp and the standard library.
 #pragma once
 
 #include <cmath>
@@ -23,13 +23,15 @@
 #include <stdexcept>
 #include <string>
 
+#include "fusebox/core/errors.hpp"
+
 namespace fusebox::optim {
 
 struct step_lr {
   std::size_t step_size = 1;
   double gamma = 0.1;
   double operator()(double lr0, std::size_t t) const {
-    if (step_size == 0) throw std::invalid_argument("fusebox::optim::step_lr: step_size must be at least 1");
+    if (step_size == 0) FUSEBOX_THROW(std::invalid_argument("fusebox::optim::step_lr: step_size must be at least 1"));
     return lr0 * std::pow(gamma, static_cast<double>(t / step_size));
   }
 };
@@ -38,7 +40,7 @@ struct cosine_annealing_lr {
   std::size_t t_max = 1;
   double eta_min = 0;
   double operator()(double lr0, std::size_t t) const {
-    if (t_max == 0) throw std::invalid_argument("fusebox::optim::cosine_annealing_lr: t_max must be at least 1");
+    if (t_max == 0) FUSEBOX_THROW(std::invalid_argument("fusebox::optim::cosine_annealing_lr: t_max must be at least 1"));
     return eta_min + (lr0 - eta_min) * (1 + std::cos(std::numbers::pi * static_cast<double>(t) / static_cast<double>(t_max))) / 2;
   }
 };
@@ -49,7 +51,7 @@ struct linear_lr {
   std::size_t total_iters = 5;
   double operator()(double lr0, std::size_t t) const {
     if (!(start_factor > 0 && start_factor <= 1) || !(end_factor >= 0 && end_factor <= 1))
-      throw std::invalid_argument("fusebox::optim::linear_lr: start_factor must be in (0, 1] and end_factor in [0, 1]");
+      FUSEBOX_THROW(std::invalid_argument("fusebox::optim::linear_lr: start_factor must be in (0, 1] and end_factor in [0, 1]"));
     if (total_iters == 0) return lr0 * end_factor;
     const double f = static_cast<double>(t < total_iters ? t : total_iters) / static_cast<double>(total_iters);
     return lr0 * (start_factor + (end_factor - start_factor) * f);

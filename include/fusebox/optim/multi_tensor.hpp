@@ -97,11 +97,11 @@ class multi_tensor {
 
   void add_group(const nn::parameter_list<T>& params, const Options& o) {
     if (params.size() == 0)
-      throw invalid_argument(std::string("fusebox::optim::") + name_ + ": a parameter group with no parameters");
+      FUSEBOX_THROW(invalid_argument(std::string("fusebox::optim::") + name_ + ": a parameter group with no parameters"));
     for (const auto& g : groups_)
       if (g.step > 0)
-        throw invalid_argument(std::string("fusebox::optim::") + name_ +
-                               ": add_param_group after a step would reset the optimizer state; add every group first");
+        FUSEBOX_THROW(invalid_argument(std::string("fusebox::optim::") + name_ +
+                                       ": add_param_group after a step would reset the optimizer state; add every group first"));
     groups_.push_back({params, o, 0, o.lr});
     const auto g = static_cast<std::uint32_t>(groups_.size() - 1);
     for (const auto& p : params) {
@@ -124,20 +124,20 @@ class multi_tensor {
                                            const std::source_location& loc) {
     const std::string op = std::string("fusebox::optim::") + name_ + "::step";
     if (grads.size() != params_.size())
-      throw shape_error(op + ": " + std::to_string(grads.size()) + " gradients for " + std::to_string(params_.size()) +
-                            " parameters; pass the gradients of every parameter, in the parameters' order",
-                        loc);
+      FUSEBOX_THROW(shape_error(op + ": " + std::to_string(grads.size()) + " gradients for " + std::to_string(params_.size()) +
+                                    " parameters; pass the gradients of every parameter, in the parameters' order",
+                                loc));
     std::vector<bound_param<T, States>> out(params_.size());
     for (std::size_t i = 0; i < params_.size(); ++i) {
       const auto& p = params_[i];
       if (!(grads[i].shape == p.shape))
-        throw shape_error(op + ": gradient " + std::to_string(i) + " is " + to_string(grads[i].shape) + " but parameter " +
-                              std::to_string(i) + " ('" + p.name + "') is " + to_string(p.shape) +
-                              "; gradients must come in the parameters' order with their shapes",
-                          loc);
+        FUSEBOX_THROW(shape_error(op + ": gradient " + std::to_string(i) + " is " + to_string(grads[i].shape) + " but parameter " +
+                                      std::to_string(i) + " ('" + p.name + "') is " + to_string(p.shape) +
+                                      "; gradients must come in the parameters' order with their shapes",
+                                  loc));
       if (!grads[i].contiguous || (p.size() > 0 && !grads[i].data))
-        throw invalid_argument(op + ": gradient " + std::to_string(i) + " ('" + p.name +
-                               "') is not contiguous; pass the tensors the gradient call returned (at " + where(loc) + ")");
+        FUSEBOX_THROW(invalid_argument(op + ": gradient " + std::to_string(i) + " ('" + p.name +
+                                       "') is not contiguous; pass the tensors the gradient call returned (at " + where(loc) + ")"));
       out[i].param = p.data;
       out[i].grad = grads[i].data;
       for (std::size_t k = 0; k < States; ++k) out[i].state[k] = reinterpret_cast<T*>(state_[k].get()) + offset_[i];
@@ -193,8 +193,8 @@ class multi_tensor {
 /// Throws invalid_argument("fusebox::optim::<name>: invalid <what>: <value> (<rule>)") unless ok.
 inline void require(bool ok, const char* name, const char* what, double value, const char* rule) {
   if (!ok)
-    throw invalid_argument(std::string("fusebox::optim::") + name + ": invalid " + what + ": " + std::to_string(value) +
-                           " (" + rule + ")");
+    FUSEBOX_THROW(invalid_argument(std::string("fusebox::optim::") + name + ": invalid " + what + ": " + std::to_string(value) +
+                                   " (" + rule + ")"));
 }
 
 }  // namespace detail

@@ -29,6 +29,7 @@
 #include "fusebox/backend/backend.hpp"
 #include "fusebox/backend/cpu.hpp"
 #include "fusebox/backend/cpu/evaluate.hpp"
+#include "fusebox/core/errors.hpp"
 #include "fusebox/meta/type_list.hpp"
 #include "fusebox/options.hpp"
 #include "fusebox/pipeline/targets.hpp"
@@ -101,9 +102,9 @@ class function_state {
   bool graph_size_allowed(const jit::call_facts& facts) const {
     for (const graph_size_rule& r : graph_sizes) {
       if (r.arg >= facts.extents.size() || r.dim >= facts.extents[r.arg].rank)
-        throw invalid_argument("fusebox: cudagraph_sizes names argument " + std::to_string(r.arg) + " dimension " +
-                               std::to_string(r.dim) + ", but the call's argument has shape " +
-                               (r.arg < facts.extents.size() ? to_string(facts.extents[r.arg]) : std::string("(none)")));
+        FUSEBOX_THROW(invalid_argument("fusebox: cudagraph_sizes names argument " + std::to_string(r.arg) + " dimension " +
+                                       std::to_string(r.dim) + ", but the call's argument has shape " +
+                                       (r.arg < facts.extents.size() ? to_string(facts.extents[r.arg]) : std::string("(none)"))));
       if (std::find(r.sizes.begin(), r.sizes.end(), facts.extents[r.arg].extent[r.dim]) == r.sizes.end()) return false;
     }
     return true;

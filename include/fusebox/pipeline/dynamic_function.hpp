@@ -24,6 +24,7 @@
 #include "fusebox/backend/cpu/executor.hpp"
 #include "fusebox/backend/cpu/generated_program.hpp"
 #include "fusebox/backend/cuda/generated_program.hpp"
+#include "fusebox/core/errors.hpp"
 #include "fusebox/ir/merge.hpp"
 #include "fusebox/ir/specialize.hpp"
 #include "fusebox/options.hpp"
@@ -244,8 +245,8 @@ class dynamic_function {
       auto& rt = segment_runtime();
       if constexpr (on_cuda) {
         if (prog->storage != dtype::f32)
-          throw invalid_argument("fusebox: a graph break (opaque user function or item()) on the CUDA backend "
-                                 "needs float32 storage; this model stores " + std::string(fusebox::name(prog->storage)));
+          FUSEBOX_THROW(invalid_argument("fusebox: a graph break (opaque user function or item()) on the CUDA backend "
+                                         "needs float32 storage; this model stores " + std::string(fusebox::name(prog->storage))));
         prog->run(seg, concrete, rt);
         rt.stream.sync();  // the operands are read on the host next
       } else {
@@ -293,7 +294,7 @@ class dynamic_function {
     std::size_t span = dev.shape.size() == 0 ? 0 : 1;
     for (std::size_t d = 0; d < dev.shape.rank && span; ++d) {
       if (dev.stride[d] < 0)
-        throw invalid_argument("fusebox internal: a graph break's operand on the CUDA backend has a negative stride");
+        FUSEBOX_THROW(invalid_argument("fusebox internal: a graph break's operand on the CUDA backend has a negative stride"));
       span += (dev.shape.extent[d] - 1) * static_cast<std::size_t>(dev.stride[d]);
     }
     typename Prog::frame_t host = f;
@@ -378,10 +379,10 @@ class dynamic_function {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       ((static_cast<int>(I) == o ? void(site = break_site<I>(f)) : void()), ...);
     }(std::make_index_sequence<N>{});
-    throw graph_break("opaque(): the function returned a tensor of extents " + to_string(got) +
-                          ", but the result type it declares has extents " + to_string(declared) +
-                          " (static extents must match; declare the ones that vary dyn)",
-                      site);
+    FUSEBOX_THROW(graph_break("opaque(): the function returned a tensor of extents " + to_string(got) +
+                                  ", but the result type it declares has extents " + to_string(declared) +
+                                  " (static extents must match; declare the ones that vary dyn)",
+                              site));
   }
   template <std::size_t I>
   static std::source_location break_site(const typename Prog::frame_t& f) {
@@ -406,9 +407,9 @@ class dynamic_function {
       entries_.back().g.matches(c, &why);
       const std::string reason = std::string(fn_name) + ": " + why;
       if (o.error_on_recompile || current_stance() == stance::fail_on_recompile)
-        throw recompile_error("fusebox: recompile refused (" +
-                              std::string(o.error_on_recompile ? "error_on_recompile" : "stance fail_on_recompile") +
-                              "): guard failed: " + reason);
+        FUSEBOX_THROW(recompile_error("fusebox: recompile refused (" +
+                                      std::string(o.error_on_recompile ? "error_on_recompile" : "stance fail_on_recompile") +
+                                      "): guard failed: " + reason));
       if (recompiles_ >= o.recompile_limit) {
         if (!warned_limit_) {
           std::string all;
@@ -591,8 +592,8 @@ class dynamic_function {
       try {
         bin = cuda_store::instance().get(rs, fast_math);
       } catch (const cuda::nvrtc_error& e) {
-        throw compile_failure(std::string("fusebox: generated CUDA kernels failed to compile: ") + e.what(), e.source,
-                              e.log);
+        FUSEBOX_THROW(compile_failure(std::string("fusebox: generated CUDA kernels failed to compile: ") + e.what(), e.source,
+                                      e.log));
       }
       for (std::size_t i = 0; i < which.size(); ++i) {
         if (op_unit[i]) {  // stages: the op, then its second pass where it has one

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 
+#include "fusebox/core/errors.hpp"
 #include "fusebox/plan/planning.hpp"
 
 namespace fusebox::plan {
@@ -47,7 +48,7 @@ constexpr void order(planning<N>& s, const std::array<int, R>& outputs) {
       // build error.)
       for (int u = 0; u < n; ++u)
         if (is_unit[u] && !scheduled[u])
-          throw invalid_argument("fusebox internal: the planner's kernels depend on each other in a cycle");
+          FUSEBOX_THROW(invalid_argument("fusebox internal: the planner's kernels depend on each other in a cycle"));
       break;
     }
     scheduled[pick] = true;

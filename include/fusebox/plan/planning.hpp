@@ -69,7 +69,7 @@ struct planning {
 /// A pass's check found the plan inconsistent: a planner bug, named by the pass. In constant
 /// evaluation (static shapes) the throw is a build error.
 constexpr void plan_check(bool ok, const char* what) {
-  if (!ok) throw invalid_argument(what);
+  if (!ok) FUSEBOX_THROW(invalid_argument(what));
 }
 
 }  // namespace fusebox::plan

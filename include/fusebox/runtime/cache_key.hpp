@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "fusebox/core/errors.hpp"
 #include "fusebox/core/linkage.hpp"
 #include "fusebox/runtime/hash.hpp"
 
@@ -106,7 +107,7 @@ struct cache_key {
   }
 
   [[noreturn]] static void bad() {
-    throw std::invalid_argument("fusebox: malformed cache key text");
+    FUSEBOX_THROW(std::invalid_argument("fusebox: malformed cache key text"));
   }
 
   static std::string_view take_counted(std::string_view& rest);

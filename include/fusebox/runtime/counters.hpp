@@ -197,9 +197,9 @@ FUSEBOX_RUNTIME_API std::atomic<bool>& compiles_forbidden_flag() noexcept {
 
 FUSEBOX_RUNTIME_API void check_compile_allowed(std::string_view what) {
   if (compiles_forbidden())
-    throw compile_forbidden("fusebox: compile of " + std::string(what) +
-                            " attempted while compiles are forbidden (forbid_compiles(true) or "
-                            "FUSEBOX_FORBID_COMPILES): the cache did not serve it");
+    FUSEBOX_THROW(compile_forbidden("fusebox: compile of " + std::string(what) +
+                                    " attempted while compiles are forbidden (forbid_compiles(true) or "
+                                    "FUSEBOX_FORBID_COMPILES): the cache did not serve it"));
 }
 #endif
 

@@ -72,6 +72,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "fusebox/core/errors.hpp"
 #include "fusebox/core/linkage.hpp"
 #include "fusebox/runtime/cache_key.hpp"
 #include "fusebox/runtime/counters.hpp"
@@ -595,8 +596,8 @@ FUSEBOX_RUNTIME_API std::optional<std::filesystem::path> disk_cache::store_entry
         break;
       }
       if (attempt == 3)
-        throw io_error("cannot publish cache entry '" + final_dir.string() +
-                       "': it keeps being replaced (" + theirs.reason + ")");
+        FUSEBOX_THROW(io_error("cannot publish cache entry '" + final_dir.string() +
+                               "': it keeps being replaced (" + theirs.reason + ")"));
       if (jit::enabled(log_category::cache))
         log(log_category::cache,
             "disk store: " + label + ": replacing a bad entry (" + theirs.reason + ")");

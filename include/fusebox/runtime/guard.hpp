@@ -181,10 +181,10 @@ FUSEBOX_RUNTIME_API void check_hints(const call_facts& c, const std::vector<dim_
     if (h.arg >= c.extents.size() || h.dim >= c.extents[h.arg].rank) continue;
     const std::size_t v = c.extents[h.arg].extent[h.dim];
     if (v < h.min || v > h.max)
-      throw shape_error("argument " + std::to_string(h.arg) + " dimension " + std::to_string(h.dim) + " is " +
-                            std::to_string(v) + ", outside its declared range [" + std::to_string(h.min) + ", " +
-                            (h.max == dyn ? std::string("inf") : std::to_string(h.max)) + "]",
-                        std::source_location{});
+      FUSEBOX_THROW(shape_error("argument " + std::to_string(h.arg) + " dimension " + std::to_string(h.dim) + " is " +
+                                    std::to_string(v) + ", outside its declared range [" + std::to_string(h.min) + ", " +
+                                    (h.max == dyn ? std::string("inf") : std::to_string(h.max)) + "]",
+                                std::source_location{}));
   }
 }
 #endif

@@ -41,6 +41,7 @@
 
 #include "fusebox/backend/cpu/codegen.hpp"
 #include "fusebox/backend/cpu/generated_program.hpp"
+#include "fusebox/core/errors.hpp"
 #include "fusebox/core/linkage.hpp"
 #include "fusebox/pipeline/targets.hpp"
 #include "fusebox/profile.hpp"
@@ -271,10 +272,10 @@ FUSEBOX_RUNTIME_API std::vector<kernel_binary> kernel_store::get_all(const std::
   std::shared_ptr<const host_compiler> compiler = compiler_for_kernels();
   if (pch_changed(compiler) && repair_pch(compiler)) compiler = compiler_for_kernels();
   if (const auto& why = compiler->untrusted_inputs())
-    throw compile_failure("fusebox: the JIT will not compile: " + *why, {}, {});
+    FUSEBOX_THROW(compile_failure("fusebox: the JIT will not compile: " + *why, {}, {}));
   compile_result built = compiler->compile(unit, "fusebox_kernels");
   if (!built.ok && repair_pch(compiler)) built = compiler_for_kernels()->compile(unit, "fusebox_kernels");
-  if (!built.ok) throw compile_failure("fusebox: generated kernels failed to compile", unit, built.log);
+  if (!built.ok) FUSEBOX_THROW(compile_failure("fusebox: generated kernels failed to compile", unit, built.log));
   counters().kernels_compiled.fetch_add(distinct.size(), std::memory_order_relaxed);
   std::string what;
   for (std::size_t i : distinct) what += "\n  " + rs[i].summary;

@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "fusebox/core/errors.hpp"
 #include "fusebox/runtime/cache_key.hpp"
 
 namespace fusebox::jit {
@@ -70,9 +71,9 @@ class memory_cache {
         }
       if (slot) {
         if (!slot->ready && slot->creator == std::this_thread::get_id())
-          throw std::logic_error(
+          FUSEBOX_THROW(std::logic_error(
               "fusebox: memory_cache::get_or_create re-entered for a key whose factory is "
-              "running on this thread (it would wait for itself)");
+              "running on this thread (it would wait for itself)"));
         const bool was_ready = slot->ready;
         ready_.wait(lock, [&] { return slot->ready; });
         if (outcome) *outcome = was_ready ? cache_outcome::hit : cache_outcome::waited;

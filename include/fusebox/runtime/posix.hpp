@@ -52,7 +52,7 @@ inline std::string os_message(std::string_view what, const std::filesystem::path
 
 [[noreturn]] inline void throw_io(std::string_view what, const std::filesystem::path& path,
                                   int err = errno) {
-  throw io_error(os_message(what, path, err));
+  FUSEBOX_THROW(io_error(os_message(what, path, err)));
 }
 
 /// An owning file descriptor.
@@ -191,8 +191,8 @@ FUSEBOX_RUNTIME_API std::string read_all(int fd, const std::filesystem::path& pa
     }
     if (n == 0) return out;
     if (out.size() + static_cast<std::size_t>(n) > limit)
-      throw io_error("file '" + path.string() + "' is larger than " + std::to_string(limit) +
-                     " bytes");
+      FUSEBOX_THROW(io_error("file '" + path.string() + "' is larger than " + std::to_string(limit) +
+                             " bytes"));
     out.append(buffer, static_cast<std::size_t>(n));
   }
 }
@@ -306,8 +306,8 @@ FUSEBOX_RUNTIME_API temp_directory::temp_directory(const std::filesystem::path& 
   }
   if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
     const std::filesystem::path bad = std::exchange(path_, {});  // not ours: never remove it
-    throw io_error("temporary directory '" + bad.string() + "' is not a private directory of "
-                   "the current user after mkdtemp; refusing to use it");
+    FUSEBOX_THROW(io_error("temporary directory '" + bad.string() + "' is not a private directory of "
+                           "the current user after mkdtemp; refusing to use it"));
   }
 }
 

@@ -95,12 +95,12 @@ FUSEBOX_RUNTIME_API shared_library& shared_library::operator=(shared_library&& o
 }
 
 FUSEBOX_RUNTIME_API void* shared_library::symbol(const char* name) const {
-  if (!handle_) throw load_error(std::string("fusebox: dlsym '") + name + "': no library loaded");
+  if (!handle_) FUSEBOX_THROW(load_error(std::string("fusebox: dlsym '") + name + "': no library loaded"));
   ::dlerror();  // clear a stale error: a symbol may legitimately be null
   void* address = ::dlsym(handle_, name);
   if (const char* error = ::dlerror())
-    throw load_error("fusebox: symbol '" + std::string(name) + "' not found in '" + path_ +
-                     "': " + error);
+    FUSEBOX_THROW(load_error("fusebox: symbol '" + std::string(name) + "' not found in '" + path_ +
+                             "': " + error));
   return address;
 }
 
@@ -109,7 +109,7 @@ FUSEBOX_RUNTIME_API void shared_library::open(const std::string& name) {
   path_ = name;
   if (!handle_) {
     const char* error = ::dlerror();
-    throw load_error("fusebox: cannot load '" + name + "': " + (error ? error : "unknown error"));
+    FUSEBOX_THROW(load_error("fusebox: cannot load '" + name + "': " + (error ? error : "unknown error")));
   }
 }
 #endif

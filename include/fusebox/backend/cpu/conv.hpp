@@ -160,8 +160,8 @@ constexpr conv_geometry conv_geometry_of(const window& win, const dims& x, const
 template <class T>
 void require_contiguous(const strided<T>& out, const char* what) {
   if (!out.contiguous())
-    throw invalid_argument(std::string("fusebox internal: ") + what + ": the output " + to_string(out.shape) +
-                           " must be contiguous");
+    FUSEBOX_THROW(invalid_argument(std::string("fusebox internal: ") + what + ": the output " + to_string(out.shape) +
+                                   " must be contiguous"));
 }
 
 /// Number of chunks the weight gradient sums the batch in (fixed: results independent of threads).
@@ -406,8 +406,8 @@ conv_scratch carve_conv(spatial_op op, const conv_geometry& g, unsigned threads,
                                                    dims{4, {g.n, g.c, g.h, g.w}}, dims{4, {g.o, g.c, g.kh, g.kw}},
                                                    dims{4, {g.n, g.o, g.oh, g.ow}}, threads);
   if (ws.size() < need)
-    throw invalid_argument("fusebox internal: " + std::string(name(op)) + " needs " + std::to_string(need) +
-                           " bytes of workspace, got " + std::to_string(ws.size()));
+    FUSEBOX_THROW(invalid_argument("fusebox internal: " + std::string(name(op)) + " needs " + std::to_string(need) +
+                                   " bytes of workspace, got " + std::to_string(ws.size())));
   const conv_sizes s = conv_sizes_of<T>(op, g);
   std::byte* base = ws.data() + (64 - reinterpret_cast<std::uintptr_t>(ws.data()) % 64) % 64;
   return {base, base + s.shared, s.per_worker};

@@ -48,6 +48,7 @@
 #include "fusebox/backend/cpu/spatial.hpp"
 #include "fusebox/backend/cpu/spatial_epilogue.hpp"
 #include "fusebox/backend/cpu/thread_pool.hpp"
+#include "fusebox/core/errors.hpp"
 #include "fusebox/core/tensor.hpp"
 #include "fusebox/expr/custom.hpp"
 #include "fusebox/expr/gather.hpp"
@@ -945,7 +946,7 @@ struct basic_program {
       const tensor<T, shape_of_t<Arg>> view(storage_ptr{}, in.data, in.shape, in.stride);
       typename E::result_type out = node->fn(view);
       if (out.extents().rank != nodes[I].desc.shape.rank)
-        throw graph_break("opaque(): the function returned a tensor of a different rank than declared", node->loc);
+        FUSEBOX_THROW(graph_break("opaque(): the function returned a tensor of a different rank than declared", node->loc));
       f.keep[I] = out.owner();
       f.loc[I] = out.view();
       bind_views(f);

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -55,17 +56,20 @@ inline std::string embedding_id_error(const char* op, double id, std::size_t pos
          to_string(weight) + ")";
 }
 
-/// Reads and checks every id of `ids` (row-major order) into `out`; throws on the first bad one.
+/// Reads and checks every id of `ids` (row-major order) into `out`; throws on the first bad one,
+/// naming the caller's line where `loc` is given (an eager call; a compiled model's ids are read
+/// at run time, far from the user's line).
 template <class T>
 void read_ids(const strided<T>& ids, std::size_t rows, const dims& weight, const char* op,
-              std::vector<std::uint32_t>& out) {
+              std::vector<std::uint32_t>& out, const std::source_location* loc = nullptr) {
   const std::size_t n = ids.shape.size();
   out.resize(n);
   for (std::size_t i = 0; i < n; ++i) {
     const T v = ids.data[detail::gather_offset(i, ids.shape, ids.stride, ids.shape.rank)];
     // !(v >= 0) also catches NaN; an integer test that needs no conversion of a huge value.
     if (!(v >= T(0)) || !(v < static_cast<T>(rows)) || v != std::floor(v))
-      throw invalid_argument("fusebox: " + embedding_id_error(op, static_cast<double>(v), i, ids.shape, rows, weight));
+      FUSEBOX_THROW(invalid_argument("fusebox: " + embedding_id_error(op, static_cast<double>(v), i, ids.shape, rows, weight) +
+                                     (loc ? " (at " + where(*loc) + ")" : std::string())));
     out[i] = static_cast<std::uint32_t>(v);
   }
 }

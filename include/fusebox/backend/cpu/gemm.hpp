@@ -4,7 +4,7 @@
 // activation and residual into the `epilogue`, which gemm calls on each finished run of C while
 // that run is still in cache. Depends on: xsimd 8 (the vector registers of the default
 // architecture, i.e. what the translation unit is compiled for: AVX-512, AVX2+FMA, SSE2, NEON),
-// the C++20 standard library, fusebox/backend/cpu/thread_pool.hpp and fusebox/backend/cpu/vmath.hpp (its
+// the C++20 standard library, fusebox/core/errors.hpp, fusebox/backend/cpu/thread_pool.hpp and fusebox/backend/cpu/vmath.hpp (its
 // detail::fma, fused exactly where the architecture fuses, whatever the -O level). No BLAS. (One
 // AVX-512 register transpose uses <immintrin.h> directly; other targets take a portable path.)
 //
@@ -85,6 +85,7 @@
 #include <fusebox/backend/cpu/autotune.hpp>
 #include <fusebox/backend/cpu/thread_pool.hpp>
 #include <fusebox/backend/cpu/vmath.hpp>  // detail::fma: fused at every -O level (xsimd 8.1 has no AVX-512 fma)
+#include <fusebox/core/errors.hpp>
 #include <fusebox/core/linkage.hpp>
 
 #include <fusebox/backend/cpu/vector_isa.hpp>  // xsimd and <immintrin.h>
@@ -1030,11 +1031,11 @@ void gemm(std::size_t batch, std::size_t M, std::size_t N, std::size_t K, matrix
   const unsigned threads = pool.size();
   const std::size_t need = detail::layout_for<T>(path, M, N, K).total(threads);
   if (workspace.size() < need)
-    throw std::invalid_argument("fusebox::cpu::gemm: workspace of " + std::to_string(workspace.size()) +
-                                " bytes is too small for batch " + std::to_string(batch) + ", M " +
-                                std::to_string(M) + ", N " + std::to_string(N) + ", K " + std::to_string(K) +
-                                " on " + std::to_string(threads) + " threads: needs " + std::to_string(need) +
-                                " (gemm_workspace_bytes<T>(...))");
+    FUSEBOX_THROW(std::invalid_argument("fusebox::cpu::gemm: workspace of " + std::to_string(workspace.size()) +
+                                        " bytes is too small for batch " + std::to_string(batch) + ", M " +
+                                        std::to_string(M) + ", N " + std::to_string(N) + ", K " + std::to_string(K) +
+                                        " on " + std::to_string(threads) + " threads: needs " + std::to_string(need) +
+                                        " (gemm_workspace_bytes<T>(...))"));
   epilogue_ref<T> ref(epilogue);
   if (autotune::active()) [[unlikely]] {
     const detail::gemm_choice c =

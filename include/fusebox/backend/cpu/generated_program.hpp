@@ -20,6 +20,7 @@
 #include "fusebox/backend/cpu/gemm.hpp"
 #include "fusebox/backend/cpu/invoke.hpp"
 #include "fusebox/backend/cpu/spatial.hpp"
+#include "fusebox/core/errors.hpp"
 #include "fusebox/core/linkage.hpp"
 #include "fusebox/expr/custom.hpp"
 #include "fusebox/jit/kernel_abi.hpp"
@@ -187,8 +188,8 @@ struct program {
     const dims& a = concrete[concrete[m].inputs[0]].desc.shape;
     const dims& b = concrete[concrete[m].inputs[1]].desc.shape;
     if (a.back(0) != b.back(1))
-      throw shape_error("matmul: a is " + to_string(a) + ", b is " + to_string(b) + " for this call; need [.., M, K] x [.., K, N]",
-                        std::source_location::current());
+      FUSEBOX_THROW(shape_error("matmul: a is " + to_string(a) + ", b is " + to_string(b) + " for this call; need [.., M, K] x [.., K, N]",
+                                std::source_location::current()));
     return {o.rank == 3 ? o.extent[0] : 1, o.back(1), o.back(0), a.back(0)};
   }
 

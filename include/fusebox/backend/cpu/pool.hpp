@@ -92,8 +92,8 @@ T window_max(const plane_reader<T>& x, const pool_geometry& g, std::size_t i, st
 template <class T>
 void require_contiguous_output(const strided<T>& out, spatial_op op) {
   if (!out.contiguous())
-    throw invalid_argument(std::string("fusebox internal: ") + name(op) + ": the output " + to_string(out.shape) +
-                           " must be contiguous");
+    FUSEBOX_THROW(invalid_argument(std::string("fusebox internal: ") + name(op) + ": the output " + to_string(out.shape) +
+                                   " must be contiguous"));
 }
 
 inline pool_geometry pool_geometry_of(const window& win, const dims& x, const dims& y) {

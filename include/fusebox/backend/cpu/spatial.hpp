@@ -20,6 +20,7 @@
 #include "fusebox/backend/cpu/conv.hpp"
 #include "fusebox/backend/cpu/pool.hpp"
 #include "fusebox/backend/cpu/winograd.hpp"
+#include "fusebox/core/errors.hpp"
 #include "fusebox/expr/window.hpp"
 
 namespace fusebox::cpu {
@@ -156,7 +157,7 @@ void run_spatial(const window& win, const strided<T>& a, const strided<T>& b, co
     case spatial_op::avg_pool2d: pool2d_forward(win, a, out, pool, epilogue); break;
     case spatial_op::max_pool2d_backward:
     case spatial_op::avg_pool2d_backward: pool2d_backward(win, a, b, out, pool, epilogue); break;
-    default: throw invalid_argument("fusebox internal: a spatial node without an op");
+    default: FUSEBOX_THROW(invalid_argument("fusebox internal: a spatial node without an op"));
   }
 }
 

@@ -14,12 +14,13 @@
 //     and identifies the thread (the caller is worker 0 and takes tasks too), so a kernel can
 //     index per-thread scratch by it. Tasks are handed out dynamically through an atomic counter.
 //   - returns when every task has finished; the first exception thrown by fn is rethrown here,
-//     after all running tasks stopped; tasks not yet started are skipped.
+//     after all running tasks stopped; tasks not yet started are skipped. (Without exceptions an
+//     error ends the process where it is raised: core/errors.hpp.)
 //   - re-entrant: a parallel_for issued from inside a task (of this or any pool) runs serially
 //     on the calling thread, with that thread's worker index where it is the same pool.
 //   - calls from several outside threads at once are serialised (one job at a time).
 //
-// Depends on: the C++20 standard library, core/linkage.hpp.
+// Depends on: the C++20 standard library, core/{errors,linkage}.hpp.
 #pragma once
 
 #include <algorithm>
@@ -37,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include "fusebox/core/errors.hpp"
 #include "fusebox/core/linkage.hpp"
 
 // _mm_pause only: <xmmintrin.h> (SSE), not <immintrin.h>, whose AVX-512 part is what
@@ -154,11 +156,13 @@ private:
     // that a worker which saw the job open is counted here.
     open_.store(false, std::memory_order_seq_cst);
     wait_until_zero(inside_);
+#if FUSEBOX_HAS_EXCEPTIONS
     if (failed_.load(std::memory_order_relaxed)) {
       std::exception_ptr e = std::move(error_);
       error_ = nullptr;
       std::rethrow_exception(e);
     }
+#endif
   }
 
   // Spin for spin_time, then block until `counter` is 0.
@@ -182,6 +186,7 @@ private:
       if (failed_.load(std::memory_order_relaxed)) return;
       const std::size_t t = next_.fetch_add(1, std::memory_order_relaxed);
       if (t >= tasks_) return;
+#if FUSEBOX_HAS_EXCEPTIONS
       try {
         job_(t, worker);
       } catch (...) {
@@ -190,6 +195,9 @@ private:
           error_ = std::current_exception();
         return;
       }
+#else
+      job_(t, worker);  // an error ends the process in the error handler (core/errors.hpp)
+#endif
     }
   }
 
@@ -247,12 +255,16 @@ FUSEBOX_RUNTIME_API thread_pool::thread_pool(unsigned threads) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   size_ = threads;
   workers_.reserve(threads - 1);
+#if FUSEBOX_HAS_EXCEPTIONS
   try {
     for (unsigned w = 1; w < threads; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
   } catch (...) {
     shutdown();
     throw;
   }
+#else
+  for (unsigned w = 1; w < threads; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
+#endif
 }
 
 FUSEBOX_RUNTIME_API void thread_pool::shutdown() noexcept {

@@ -296,8 +296,8 @@ inline std::byte* align64(std::span<std::byte> ws) {
 
 inline void require_workspace(spatial_op op, std::size_t have, std::size_t need) {
   if (have < need)
-    throw invalid_argument("fusebox internal: Winograd " + std::string(name(op)) + " needs " + std::to_string(need) +
-                           " bytes of workspace, got " + std::to_string(have));
+    FUSEBOX_THROW(invalid_argument("fusebox internal: Winograd " + std::string(name(op)) + " needs " + std::to_string(need) +
+                                   " bytes of workspace, got " + std::to_string(have)));
 }
 
 /// The 64 transformed kernels G k Gᵀ, each packed as gemm's A [rows, cols] (MR-row slivers) at

@@ -130,12 +130,12 @@ FUSEBOX_RUNTIME_API rendered_cuda_kernel render_cuda_attention_backward(const ir
                                                                         const ir::node& v, dtype storage) {
   const std::size_t e = q.desc.shape.back(0), ev = v.desc.shape.back(0);
   if (n.desc.variant < 1 || n.desc.variant > 3)
-    throw invalid_argument("fusebox internal: render_cuda_attention_backward: variant " +
-                           std::to_string(n.desc.variant) + " is not a gradient part (1, 2 or 3)");
+    FUSEBOX_THROW(invalid_argument("fusebox internal: render_cuda_attention_backward: variant " +
+                                   std::to_string(n.desc.variant) + " is not a gradient part (1, 2 or 3)"));
   if (!is_known_extent(e) || !is_known_extent(ev))
-    throw invalid_argument(std::string("fusebox: ") + n.desc.name +
-                           " on the CUDA backend needs head dims known when compiling; q is " +
-                           to_string(q.desc.shape) + ", v is " + to_string(v.desc.shape));
+    FUSEBOX_THROW(invalid_argument(std::string("fusebox: ") + n.desc.name +
+                                   " on the CUDA backend needs head dims known when compiling; q is " +
+                                   to_string(q.desc.shape) + ", v is " + to_string(v.desc.shape)));
   const bool causal = n.desc.causal;
   rendered_cuda_kernel r;
   r.kind = plan::kernel_kind::attention;

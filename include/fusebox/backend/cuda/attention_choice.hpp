@@ -33,6 +33,7 @@
 #include "fusebox/backend/cuda/autotune.hpp"
 #include "fusebox/backend/cuda/cudnn_attention.hpp"
 #include "fusebox/backend/cuda/memory.hpp"
+#include "fusebox/core/errors.hpp"
 #include "fusebox/core/linkage.hpp"
 #include "fusebox/runtime/disk_cache.hpp"
 #include "fusebox/runtime/logs.hpp"
@@ -135,7 +136,7 @@ FUSEBOX_RUNTIME_API attention_policy attention_policy_from_env() {
   if (s.empty() || s == "auto") return attention_policy::automatic;
   if (s == "own") return attention_policy::own;
   if (s == "cudnn") return attention_policy::cudnn;
-  throw invalid_argument("fusebox: FUSEBOX_ATTENTION='" + std::string(s) + "': expected auto, own or cudnn");
+  FUSEBOX_THROW(invalid_argument("fusebox: FUSEBOX_ATTENTION='" + std::string(s) + "': expected auto, own or cudnn"));
 }
 
 FUSEBOX_RUNTIME_API int attention_chooser::time_all(cuda::cudnn_attention& a, cuda::CUdeviceptr q,

@@ -113,8 +113,8 @@ FUSEBOX_RUNTIME_API rendered_cuda_kernel render_cuda_attention(const ir::node& n
     return render_cuda_attention_backward(n, q, v, storage);
   const std::size_t e = q.desc.shape.back(0), ev = v.desc.shape.back(0);
   if (!is_known_extent(e) || !is_known_extent(ev))
-    throw invalid_argument("fusebox: attention on the CUDA backend needs head dims known when compiling; q is " +
-                           to_string(q.desc.shape) + ", v is " + to_string(v.desc.shape));
+    FUSEBOX_THROW(invalid_argument("fusebox: attention on the CUDA backend needs head dims known when compiling; q is " +
+                                   to_string(q.desc.shape) + ", v is " + to_string(v.desc.shape)));
   const bool causal = n.desc.causal;
   const bool tc = attention_tensor_cores(storage, e, ev);
   const std::string type = storage == dtype::bf16 ? "fb_bf16" : storage == dtype::f16 ? "fb_f16" : "float";

@@ -37,6 +37,7 @@
 
 #include "fusebox/backend/cuda/cublaslt.hpp"
 #include "fusebox/backend/cuda/memory.hpp"
+#include "fusebox/core/errors.hpp"
 #include "fusebox/core/linkage.hpp"
 #include "fusebox/runtime/cache_key.hpp"
 #include "fusebox/runtime/disk_cache.hpp"
@@ -201,7 +202,7 @@ FUSEBOX_RUNTIME_API cuda::lt_algorithm lt_tuner::choose(const cuda::lt_problem& 
   std::lock_guard lock(mutex_);
   if (auto it = winners_.find(problem); it != winners_.end()) return it->second;
   const std::vector<cuda::lt_algorithm> list = cuda::lt_algorithms(p, candidates, /*split_k=*/true);
-  if (list.empty()) throw invalid_argument("fusebox: " + cuda::detail::describe(p) + ": cuBLASLt offers no algorithm");
+  if (list.empty()) FUSEBOX_THROW(invalid_argument("fusebox: " + cuda::detail::describe(p) + ": cuBLASLt offers no algorithm"));
   const cache_key key = key_for(problem);
   std::size_t best = 0;
   if (auto stored = disk_.enabled() ? disk_.lookup_blob(key) : std::nullopt;

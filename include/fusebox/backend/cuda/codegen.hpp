@@ -143,8 +143,8 @@ class cuda_codegen {
     const std::string fn = std::string("fb_") + nd.desc.name;
     if (!defined_.insert(fn).second) return fn;
     if (!nd.desc.device || !*nd.desc.device)
-      throw invalid_argument(std::string("fusebox: op '") + nd.desc.name +
-                             "' has no CUDA spelling (a `device` member in its op struct); it cannot run on the CUDA backend");
+      FUSEBOX_THROW(invalid_argument(std::string("fusebox: op '") + nd.desc.name +
+                                     "' has no CUDA spelling (a `device` member in its op struct); it cannot run on the CUDA backend"));
     if (nd.desc.kind == node_kind::reduce) {
       functions_ += "struct " + fn + " { " + nd.desc.device + " };\n";
     } else {
@@ -710,7 +710,7 @@ FUSEBOX_RUNTIME_API const char* cuda_storage_name(dtype t) {
     case dtype::f32: return "float";
     case dtype::bf16: return "fb_bf16";
     case dtype::f16: return "fb_f16";
-    default: throw invalid_argument(std::string("fusebox: the CUDA backend stores float32, bfloat16 or float16, not ") + name(t));
+    default: FUSEBOX_THROW(invalid_argument(std::string("fusebox: the CUDA backend stores float32, bfloat16 or float16, not ") + name(t)));
   }
 }
 

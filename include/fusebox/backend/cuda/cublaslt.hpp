@@ -448,7 +448,7 @@ FUSEBOX_RUNTIME_API void check_cublas(cublasStatus_t status, std::string_view ca
                      (name ? std::string(name) : "cuBLAS status " + std::to_string(status));
   if (text) what += " (" + std::string(text) + ")";
   if (!context.empty()) what += ": " + std::string(context);
-  throw cublas_error(what, status);
+  FUSEBOX_THROW(cublas_error(what, status));
 }
 
 FUSEBOX_RUNTIME_API std::string detail::describe(const lt_problem& p) {
@@ -465,7 +465,7 @@ FUSEBOX_RUNTIME_API std::string detail::describe(const lt_problem& p) {
 
 FUSEBOX_RUNTIME_API void detail::validate(const lt_problem& p) {
   auto fail = [&](const std::string& why) {
-    throw invalid_argument("fusebox: " + describe(p) + ": " + why);
+    FUSEBOX_THROW(invalid_argument("fusebox: " + describe(p) + ": " + why));
   };
   if (p.m == 0 || p.n == 0 || p.k == 0) fail("M, N and K must be positive");
   if (p.batch == 0) fail("the batch count must be positive");
@@ -573,10 +573,10 @@ FUSEBOX_RUNTIME_API std::vector<lt_algorithm> detail::lt_descriptors::heuristic(
                      results[static_cast<std::size_t>(i)].workspaceSize,
                      results[static_cast<std::size_t>(i)].wavesCount});
   if (out.empty())
-    throw cublas_error("fusebox: cuBLASLt has no algorithm for " + describe(p) + " with " +
-                           std::to_string(p.alignment) + "-byte aligned pointers and a " +
-                           std::to_string(lt_workspace_bytes >> 20) + " MiB workspace",
-                       15 /* CUBLAS_STATUS_NOT_SUPPORTED */);
+    FUSEBOX_THROW(cublas_error("fusebox: cuBLASLt has no algorithm for " + describe(p) + " with " +
+                                   std::to_string(p.alignment) + "-byte aligned pointers and a " +
+                                   std::to_string(lt_workspace_bytes >> 20) + " MiB workspace",
+                               15 /* CUBLAS_STATUS_NOT_SUPPORTED */));
   return out;
 }
 
@@ -624,7 +624,7 @@ FUSEBOX_RUNTIME_API CUdeviceptr detail::lt_workspace(lt_state& state, CUstream o
 
 FUSEBOX_RUNTIME_API std::vector<lt_algorithm> lt_algorithms(const lt_problem& problem, int count, bool split_k) {
   detail::validate(problem);
-  if (count < 1) throw invalid_argument("fusebox: lt_algorithms: count must be positive");
+  if (count < 1) FUSEBOX_THROW(invalid_argument("fusebox: lt_algorithms: count must be positive"));
   const auto& api = cublaslt();
   auto& state = detail::lt_shared();
   std::lock_guard lock(state.mutex);
@@ -697,10 +697,10 @@ FUSEBOX_RUNTIME_API void detail::lt_run(const lt_problem& problem, CUdeviceptr a
   for (const auto& [which, address, used] : pointers) {
     if (!used) continue;
     if (address == 0 || address % problem.alignment != 0)
-      throw invalid_argument("fusebox: " + describe(problem) + ": " + which + " pointer " +
-                             std::to_string(address) + " is " +
-                             (address ? "not aligned to " + std::to_string(problem.alignment) + " bytes"
-                                      : "null"));
+      FUSEBOX_THROW(invalid_argument("fusebox: " + describe(problem) + ": " + which + " pointer " +
+                                     std::to_string(address) + " is " +
+                                     (address ? "not aligned to " + std::to_string(problem.alignment) + " bytes"
+                                              : "null")));
   }
   const auto& api = cublaslt();
   auto& state = lt_shared();
@@ -716,7 +716,7 @@ FUSEBOX_RUNTIME_API void detail::lt_run(const lt_problem& problem, CUdeviceptr a
       plan.descriptors = std::make_unique<lt_descriptors>(api, problem, as_pointer(bias));
       const auto candidates = plan.descriptors->heuristic(handle, 1, problem);
       if (candidates.empty())
-        throw invalid_argument("fusebox: " + describe(problem) + ": cuBLASLt offers no algorithm");
+        FUSEBOX_THROW(invalid_argument("fusebox: " + describe(problem) + ": cuBLASLt offers no algorithm"));
       plan.algorithm = candidates[0];
       it = state.plans.emplace(lt_plan_key(problem), std::move(plan)).first;
     }
@@ -738,15 +738,15 @@ FUSEBOX_RUNTIME_API void detail::lt_run(const lt_problem& problem, CUdeviceptr a
     const std::size_t i = index.value_or(0);
     const auto candidates = descriptors.heuristic(handle, static_cast<int>(std::max<std::size_t>(i + 1, 8)), problem);
     if (i >= candidates.size())
-      throw invalid_argument("fusebox: " + describe(problem) + ": algorithm index " +
-                             std::to_string(i) + " but cuBLASLt offers " +
-                             std::to_string(candidates.size()));
+      FUSEBOX_THROW(invalid_argument("fusebox: " + describe(problem) + ": algorithm index " +
+                                     std::to_string(i) + " but cuBLASLt offers " +
+                                     std::to_string(candidates.size())));
     algorithm = candidates[i];
   }
   if (algorithm.workspace_bytes > lt_workspace_bytes)
-    throw invalid_argument("fusebox: " + describe(problem) + ": the algorithm needs " +
-                           std::to_string(algorithm.workspace_bytes) + " bytes of workspace, more than " +
-                           std::to_string(lt_workspace_bytes));
+    FUSEBOX_THROW(invalid_argument("fusebox: " + describe(problem) + ": the algorithm needs " +
+                                   std::to_string(algorithm.workspace_bytes) + " bytes of workspace, more than " +
+                                   std::to_string(lt_workspace_bytes)));
   const float alpha = 1.0f, beta = problem.residual ? 1.0f : 0.0f;
   // cuBLASLt's A is our B and its B our A (header comment); cuBLASLt's C input is the residual
   // (beta 1) or unused (beta 0), its D output is our C.

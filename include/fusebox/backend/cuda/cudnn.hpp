@@ -200,9 +200,9 @@ FUSEBOX_RUNTIME_API void detail::load_cudnn(cudnn_state& state) {
   bind(api.execute, "cudnnBackendExecute");
   api.version = api.get_version();
   if (api.version < 90000)
-    throw backend_unavailable("cuDNN", "the libcudnn at '" + loaded_file(state.library, reinterpret_cast<const void*>(api.create)) +
-                                           "' is version " + std::to_string(api.version) + ", older than 9.0",
-                              "install cuDNN 9");
+    FUSEBOX_THROW(backend_unavailable("cuDNN", "the libcudnn at '" + loaded_file(state.library, reinterpret_cast<const void*>(api.create)) +
+                                                   "' is version " + std::to_string(api.version) + ", older than 9.0",
+                                      "install cuDNN 9"));
   api.path = loaded_file(state.library, reinterpret_cast<const void*>(api.create));
 }
 
@@ -230,9 +230,9 @@ FUSEBOX_RUNTIME_API void cudnn_check(cudnnStatus_t status, std::string_view call
   const cudnn_api& api = cudnn();
   char message[1024] = {};
   api.get_last_error_string(message, sizeof message);
-  throw cudnn_error("fusebox: " + std::string(call) + " failed: " + api.get_error_string(status) +
-                        (message[0] ? std::string(" (") + message + ")" : std::string()),
-                    status);
+  FUSEBOX_THROW(cudnn_error("fusebox: " + std::string(call) + " failed: " + api.get_error_string(status) +
+                                (message[0] ? std::string(" (") + message + ")" : std::string()),
+                            status));
 }
 
 FUSEBOX_RUNTIME_API cudnn_context& cudnn_handle() {

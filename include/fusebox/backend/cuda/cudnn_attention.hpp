@@ -36,6 +36,7 @@
 #include "fusebox/backend/cuda/cudnn.hpp"
 #include "fusebox/backend/cuda/driver.hpp"
 #include "fusebox/backend/cuda/memory.hpp"
+#include "fusebox/core/errors.hpp"
 #include "fusebox/core/linkage.hpp"
 
 namespace fusebox::cuda {
@@ -238,7 +239,7 @@ FUSEBOX_RUNTIME_API void cudnn_attention::drop_others() {
 
 FUSEBOX_RUNTIME_API bool cudnn_attention::run(CUdeviceptr q, CUdeviceptr k, CUdeviceptr v, CUdeviceptr o, CUstream on) {
   namespace ce = cudnn_enum;
-  if (chosen_ < 0) throw invalid_argument("fusebox: cudnn_attention::run before use()");
+  if (chosen_ < 0) FUSEBOX_THROW(invalid_argument("fusebox: cudnn_attention::run before use()"));
   if ((q | k | v | o) % 16 != 0) return false;
   cudnn_context& ctx = cudnn_handle();
   std::lock_guard lock(mutex_);
@@ -288,7 +289,7 @@ FUSEBOX_RUNTIME_API std::int64_t cudnn_attention::tensor(std::int64_t uid, int t
 FUSEBOX_RUNTIME_API cudnnBackendDescriptor_t cudnn_attention::tensor_of(std::int64_t uid) const {
   for (const auto& [id, d] : tensors_)
     if (id == uid) return d;
-  throw invalid_argument("fusebox: cudnn_attention: no tensor " + std::to_string(uid));
+  FUSEBOX_THROW(invalid_argument("fusebox: cudnn_attention: no tensor " + std::to_string(uid)));
 }
 
 FUSEBOX_RUNTIME_API cudnnBackendDescriptor_t cudnn_attention::pointwise(int mode, int precision, std::int64_t x,

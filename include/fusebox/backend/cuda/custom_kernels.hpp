@@ -11,6 +11,7 @@
 
 #include "fusebox/backend/cuda/codegen.hpp"
 #include "fusebox/backend/cuda/module.hpp"
+#include "fusebox/core/errors.hpp"
 #include "fusebox/expr/custom.hpp"
 #include "fusebox/ir/graph.hpp"
 
@@ -42,9 +43,9 @@ void launch_custom(const rendered_cuda_kernel& rk, cuda::CUfunction fn, const ir
   alignas(16) unsigned char params[custom_params_capacity];
   const custom_launch l = n.desc.custom->cuda_params(v, n.n_inputs, view(out), params);
   if (l.bytes > custom_params_capacity)
-    throw invalid_argument(std::string("fusebox internal: custom op ") + n.desc.name + " wrote " +
-                           std::to_string(l.bytes) + " bytes of parameters; the most is " +
-                           std::to_string(custom_params_capacity));
+    FUSEBOX_THROW(invalid_argument(std::string("fusebox internal: custom op ") + n.desc.name + " wrote " +
+                                   std::to_string(l.bytes) + " bytes of parameters; the most is " +
+                                   std::to_string(custom_params_capacity)));
   if (l.grid == 0) return;
   void* args[] = {params};
   cuda::dim3 grid, block;

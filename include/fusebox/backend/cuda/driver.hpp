@@ -326,7 +326,7 @@ FUSEBOX_RUNTIME_API void detail::load_driver(driver_state& state) {
           "the stubs directory off LD_LIBRARY_PATH and install the NVIDIA driver";
   else
     fix = "check the NVIDIA driver installation (nvidia-smi should list the GPU)";
-  throw backend_unavailable("CUDA", loaded, fix);
+  FUSEBOX_THROW(backend_unavailable("CUDA", loaded, fix));
 }
 
 FUSEBOX_RUNTIME_API const detail::driver_state& detail::driver_once() {
@@ -357,30 +357,30 @@ FUSEBOX_RUNTIME_API void check(CUresult result, std::string_view call, std::stri
   std::string what = "fusebox: " + std::string(call) + " failed with " +
                      detail::describe(detail::driver_once().api, result);
   if (!context.empty()) what += ": " + std::string(context);
-  throw driver_error(what, result);
+  FUSEBOX_THROW(driver_error(what, result));
 }
 
 FUSEBOX_RUNTIME_API int detail::selected_ordinal(const driver_api& api) {
   int count = 0;
   check(api.device_get_count(&count), "cuDeviceGetCount");
   if (count == 0)
-    throw backend_unavailable("CUDA", "libcuda reports no CUDA device",
-                              "run on a machine with an NVIDIA GPU; CPU work is unaffected");
+    FUSEBOX_THROW(backend_unavailable("CUDA", "libcuda reports no CUDA device",
+                                      "run on a machine with an NVIDIA GPU; CPU work is unaffected"));
   const char* env = std::getenv("FUSEBOX_CUDA_DEVICE");
   if (!env || !*env) return 0;
   int ordinal = 0;
   for (const char* c = env; *c; ++c) {
     if (*c < '0' || *c > '9' || ordinal > 1000)
-      throw invalid_argument("fusebox: FUSEBOX_CUDA_DEVICE='" + std::string(env) +
-                             "' is not a device ordinal; this machine has " +
-                             std::to_string(count) + " CUDA device(s), 0.." +
-                             std::to_string(count - 1));
+      FUSEBOX_THROW(invalid_argument("fusebox: FUSEBOX_CUDA_DEVICE='" + std::string(env) +
+                                     "' is not a device ordinal; this machine has " +
+                                     std::to_string(count) + " CUDA device(s), 0.." +
+                                     std::to_string(count - 1)));
     ordinal = ordinal * 10 + (*c - '0');
   }
   if (ordinal >= count)
-    throw invalid_argument("fusebox: FUSEBOX_CUDA_DEVICE=" + std::to_string(ordinal) +
-                           " but this machine has " + std::to_string(count) +
-                           " CUDA device(s), 0.." + std::to_string(count - 1));
+    FUSEBOX_THROW(invalid_argument("fusebox: FUSEBOX_CUDA_DEVICE=" + std::to_string(ordinal) +
+                                   " but this machine has " + std::to_string(count) +
+                                   " CUDA device(s), 0.." + std::to_string(count - 1)));
   return ordinal;
 }
 

@@ -41,6 +41,7 @@
 #include "fusebox/backend/cuda/module_store.hpp"
 #include "fusebox/backend/cuda/spatial_kernels.hpp"
 #include "fusebox/backend/cuda/strided_copy.hpp"
+#include "fusebox/core/errors.hpp"
 #include "fusebox/core/linkage.hpp"
 #include "fusebox/core/low_precision.hpp"
 #include "fusebox/profile.hpp"
@@ -234,10 +235,10 @@ struct cuda_program {
       std::memcpy(&id, &bits, sizeof id);
       const dims& ids = concrete[n.inputs[1]].desc.shape;
       const dims weight = n.desc.variant == 0 ? concrete[n.inputs[0]].desc.shape : n.desc.shape;
-      throw invalid_argument("fusebox: " + cpu::embedding_id_error(n.desc.variant == 0 ? "embedding" : "embedding_backward",
-                                                                  static_cast<double>(id), words[k] >> 32, ids,
-                                                                  weight[0], weight) +
-                             " (found on the CUDA device after the call: that id's row was zero, or skipped)");
+      FUSEBOX_THROW(invalid_argument("fusebox: " + cpu::embedding_id_error(n.desc.variant == 0 ? "embedding" : "embedding_backward",
+                                                                          static_cast<double>(id), words[k] >> 32, ids,
+                                                                          weight[0], weight) +
+                                     " (found on the CUDA device after the call: that id's row was zero, or skipped)"));
     }
   }
 
@@ -310,7 +311,7 @@ struct cuda_program {
           // A graph break's user function ran on the host before this program (pipeline/dynamic_function.hpp
           // run_breaks), which cut the node from its operand and bound its result's device copy.
           if (nodes[kn.node].n_inputs != 0)
-            throw invalid_argument("fusebox internal: a graph break reached the CUDA runner uncut");
+            FUSEBOX_THROW(invalid_argument("fusebox internal: a graph break reached the CUDA runner uncut"));
           break;
         case plan::kernel_kind::spatial: {
           const ir::node& n = nodes[kn.node];
@@ -594,9 +595,9 @@ struct cuda_program {
       if (x.stride[r - 2] == 1 && x.stride[r - 1] == rows) return true;
       std::string st;
       for (std::size_t d = 0; d < r; ++d) st += (d ? ", " : "") + std::to_string(x.stride[d]);
-      throw invalid_argument(std::string("fusebox: matmul on the CUDA backend needs each operand row-major or a "
-                                         "transposed row-major matrix; the ") +
-                             which + " is " + to_string(x.shape) + " with strides [" + st + "]");
+      FUSEBOX_THROW(invalid_argument(std::string("fusebox: matmul on the CUDA backend needs each operand row-major or a "
+                                                 "transposed row-major matrix; the ") +
+                                     which + " is " + to_string(x.shape) + " with strides [" + st + "]"));
     };
     cuda::lt_problem prob;
     prob.batch = s[0];
@@ -635,8 +636,8 @@ struct cuda_program {
   /// An output that is a leaf or a view, copied into its result (backend/cuda/strided_copy.hpp).
   static void copy(const strided<T>& from, const strided<T>& to, cuda::CUstream on) {
     if (!(from.shape == to.shape))
-      throw invalid_argument("fusebox internal: a copy on the CUDA backend from " + to_string(from.shape) + " to " +
-                             to_string(to.shape));
+      FUSEBOX_THROW(invalid_argument("fusebox internal: a copy on the CUDA backend from " + to_string(from.shape) + " to " +
+                                     to_string(to.shape)));
     if (from.contiguous() && to.contiguous())
       cuda::copy_on_device_async(reinterpret_cast<cuda::CUdeviceptr>(to.data),
                                  reinterpret_cast<cuda::CUdeviceptr>(from.data), from.shape.size() * sizeof(T), on);

@@ -102,8 +102,8 @@ FUSEBOX_RUNTIME_API jit::shared_library open_first(std::string_view what, const 
       tried += (tried.empty() ? "" : "; ") + name + " (" + reason + ")";
     }
   }
-  throw backend_unavailable("CUDA", "cannot load " + std::string(what) + ": tried " + tried,
-                            std::string(fix));
+  FUSEBOX_THROW(backend_unavailable("CUDA", "cannot load " + std::string(what) + ": tried " + tried,
+                                    std::string(fix)));
 }
 
 FUSEBOX_RUNTIME_API void* resolve_address(const jit::shared_library& library, const char* symbol,
@@ -112,17 +112,17 @@ FUSEBOX_RUNTIME_API void* resolve_address(const jit::shared_library& library, co
   try {
     address = library.symbol(symbol);
   } catch (const jit::load_error& e) {
-    throw backend_unavailable(
+    FUSEBOX_THROW(backend_unavailable(
         "CUDA",
         std::string(what) + " at '" + library.path() + "' lacks the function '" + symbol +
             "' (" + e.what() + ")",
-        "install a newer " + std::string(what));
+        "install a newer " + std::string(what)));
   }
   if (!address)
-    throw backend_unavailable("CUDA",
-                              std::string(what) + " at '" + library.path() + "' defines '" +
-                                  symbol + "' as a null address",
-                              "reinstall " + std::string(what));
+    FUSEBOX_THROW(backend_unavailable("CUDA",
+                                      std::string(what) + " at '" + library.path() + "' defines '" +
+                                          symbol + "' as a null address",
+                                      "reinstall " + std::string(what)));
   return address;
 }
 

@@ -200,8 +200,8 @@ FUSEBOX_RUNTIME_API void fill_bytes_async(CUdeviceptr dst, unsigned char value, 
 namespace detail {
 inline void check_fits(const char* call, std::size_t bytes, const device_buffer& buffer) {
   if (bytes > buffer.size())
-    throw invalid_argument(std::string("fusebox: ") + call + ": " + bytes_text(bytes) +
-                           " do not fit a device buffer of " + bytes_text(buffer.size()));
+    FUSEBOX_THROW(invalid_argument(std::string("fusebox: ") + call + ": " + bytes_text(bytes) +
+                                   " do not fit a device buffer of " + bytes_text(buffer.size())));
 }
 }  // namespace detail
 

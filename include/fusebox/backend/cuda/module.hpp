@@ -68,8 +68,8 @@ FUSEBOX_RUNTIME_API void launch(CUfunction f, dim3 grid, dim3 block, unsigned sh
 #if FUSEBOX_RUNTIME_BODIES
 FUSEBOX_RUNTIME_API module::module(std::span<const char> image, std::string name) : name_(std::move(name)) {
   if (image.size() < 4 || image[0] != 0x7f || image[1] != 'E' || image[2] != 'L' || image[3] != 'F')
-    throw invalid_argument("fusebox: module '" + name_ + "': the image (" +
-                           std::to_string(image.size()) + " bytes) is not an ELF cubin");
+    FUSEBOX_THROW(invalid_argument("fusebox: module '" + name_ + "': the image (" +
+                                   std::to_string(image.size()) + " bytes) is not an ELF cubin"));
   const auto& device = current_device();
   check(driver().module_load_data(&handle_, image.data()), "cuModuleLoadData",
         "module '" + name_ + "' (" + std::to_string(image.size()) + " bytes) on " + device.name +
@@ -86,7 +86,7 @@ FUSEBOX_RUNTIME_API module& module::operator=(module&& other) noexcept {
 }
 
 FUSEBOX_RUNTIME_API CUfunction module::function(const std::string& kernel) const {
-  if (!handle_) throw invalid_argument("fusebox: function('" + kernel + "') on an empty module");
+  if (!handle_) FUSEBOX_THROW(invalid_argument("fusebox: function('" + kernel + "') on an empty module"));
   CUfunction f = nullptr;
   current_device();
   check(driver().module_get_function(&f, handle_, kernel.c_str()), "cuModuleGetFunction",
@@ -122,16 +122,16 @@ FUSEBOX_RUNTIME_API void launch(CUfunction f, dim3 grid, dim3 block, unsigned sh
     return "kernel '" + std::string(name) + "', grid " + extent(grid) + ", block " +
            extent(block) + ", " + std::to_string(shared_bytes) + " bytes of dynamic shared memory";
   };
-  if (!f) throw invalid_argument("fusebox: launch: null function for " + where());
+  if (!f) FUSEBOX_THROW(invalid_argument("fusebox: launch: null function for " + where()));
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 || block.z == 0)
-    throw invalid_argument("fusebox: launch: empty grid or block for " + where());
+    FUSEBOX_THROW(invalid_argument("fusebox: launch: empty grid or block for " + where()));
   const auto& device = current_device();
   const auto& api = driver();
   if (shared_bytes > default_shared_bytes_limit) {
     if (shared_bytes > static_cast<unsigned>(device.max_shared_bytes_optin))
-      throw invalid_argument("fusebox: launch: " + where() + " exceeds the " +
-                             std::to_string(device.max_shared_bytes_optin) +
-                             " bytes a block may use on " + device.name);
+      FUSEBOX_THROW(invalid_argument("fusebox: launch: " + where() + " exceeds the " +
+                                     std::to_string(device.max_shared_bytes_optin) +
+                                     " bytes a block may use on " + device.name));
     check(api.func_set_attribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                  static_cast<int>(shared_bytes)),
           "cuFuncSetAttribute", "MAX_DYNAMIC_SHARED_SIZE_BYTES for " + where());

@@ -172,8 +172,8 @@ FUSEBOX_RUNTIME_API void detail::load_nvrtc(nvrtc_state& state) {
   bind(api.get_error_string, "nvrtcGetErrorString");
   api.path = loaded_file(state.library, reinterpret_cast<const void*>(api.version));
   if (api.version(&api.major, &api.minor) != NVRTC_SUCCESS)
-    throw backend_unavailable("CUDA", "nvrtcVersion failed in '" + api.path + "'",
-                              "reinstall NVRTC");
+    FUSEBOX_THROW(backend_unavailable("CUDA", "nvrtcVersion failed in '" + api.path + "'",
+                                      "reinstall NVRTC"));
 }
 
 FUSEBOX_RUNTIME_API const detail::nvrtc_state& detail::nvrtc_once() {
@@ -234,7 +234,7 @@ FUSEBOX_RUNTIME_API void detail::run_nvrtc(const nvrtc_api& api, program_guard& 
   };
   if (auto code = api.create_program(&guard.program, source.c_str(), name.c_str(), 0, nullptr, nullptr);
       code != NVRTC_SUCCESS)
-    throw fail("nvrtcCreateProgram", code);
+    FUSEBOX_THROW(fail("nvrtcCreateProgram", code));
   const nvrtcResult compiled = api.compile_program(guard.program, static_cast<int>(argv.size()), argv.data());
   // The log is read whether or not the compile worked: on success it holds the warnings.
   std::size_t log_size = 0;
@@ -243,7 +243,7 @@ FUSEBOX_RUNTIME_API void detail::run_nvrtc(const nvrtc_api& api, program_guard& 
     if (api.get_program_log(guard.program, log.data()) != NVRTC_SUCCESS) log.clear();
     while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
   }
-  if (compiled != NVRTC_SUCCESS) throw fail("nvrtcCompileProgram", compiled);
+  if (compiled != NVRTC_SUCCESS) FUSEBOX_THROW(fail("nvrtcCompileProgram", compiled));
 }
 
 FUSEBOX_RUNTIME_API std::vector<std::string> detail::nvrtc_options(const std::string& arch,
@@ -257,9 +257,9 @@ FUSEBOX_RUNTIME_API compile_result nvrtc_compile(const std::string& source, cons
                                                  const std::string& arch,
                                                  const std::vector<std::string>& extra_options) {
   if (!detail::is_real_arch(arch))
-    throw invalid_argument("fusebox: nvrtc_compile(" + name + "): arch '" + arch +
-                           "' is not a real GPU architecture such as sm_90; a virtual one "
-                           "(compute_90) would give PTX, not a cubin (nvrtc_check takes one)");
+    FUSEBOX_THROW(invalid_argument("fusebox: nvrtc_compile(" + name + "): arch '" + arch +
+                                   "' is not a real GPU architecture such as sm_90; a virtual one "
+                                   "(compute_90) would give PTX, not a cubin (nvrtc_check takes one)"));
   const auto& api = nvrtc();
   compile_result result;
   result.options = detail::nvrtc_options(arch, extra_options);
@@ -270,21 +270,21 @@ FUSEBOX_RUNTIME_API compile_result nvrtc_compile(const std::string& source, cons
   };
   std::size_t cubin_size = 0;
   if (auto code = api.get_cubin_size(guard.program, &cubin_size); code != NVRTC_SUCCESS)
-    throw fail("nvrtcGetCUBINSize", code);
+    FUSEBOX_THROW(fail("nvrtcGetCUBINSize", code));
   if (cubin_size == 0)
-    throw nvrtc_error("fusebox: NVRTC produced no cubin for '" + name + "' (arch " + arch + ")",
-                      result.log, source);
+    FUSEBOX_THROW(nvrtc_error("fusebox: NVRTC produced no cubin for '" + name + "' (arch " + arch + ")",
+                              result.log, source));
   result.cubin.resize(cubin_size);
   if (auto code = api.get_cubin(guard.program, result.cubin.data()); code != NVRTC_SUCCESS)
-    throw fail("nvrtcGetCUBIN", code);
+    FUSEBOX_THROW(fail("nvrtcGetCUBIN", code));
   return result;
 }
 
 FUSEBOX_RUNTIME_API std::string nvrtc_check(const std::string& source, const std::string& name,
                                             const std::string& arch, const std::vector<std::string>& extra_options) {
   if (arch.rfind("compute_", 0) != 0)
-    throw invalid_argument("fusebox: nvrtc_check(" + name + "): arch '" + arch +
-                           "' is not a virtual architecture such as compute_90");
+    FUSEBOX_THROW(invalid_argument("fusebox: nvrtc_check(" + name + "): arch '" + arch +
+                                   "' is not a virtual architecture such as compute_90"));
   const auto& api = nvrtc();
   detail::program_guard guard{api};
   std::string log;

@@ -125,14 +125,14 @@ void launch_spatial(const rendered_cuda_kernel& rk, cuda::CUfunction first, cuda
   if (spatial_is_conv(win.op)) {
     long long M, N, K;
     spatial_gemm_sizes(win.op, g, M, N, K);
-    if (K == 0) throw invalid_argument("fusebox: " + std::string(name(win.op)) + " with an empty reduction (" +
-                                       to_string(a.shape) + ", " + to_string(b.shape) + ") on the CUDA backend");
+    if (K == 0) FUSEBOX_THROW(invalid_argument("fusebox: " + std::string(name(win.op)) + " with an empty reduction (" +
+                                               to_string(a.shape) + ", " + to_string(b.shape) + ") on the CUDA backend"));
     grid.x = static_cast<unsigned>((N + spatial_tile - 1) / spatial_tile);
     grid.y = static_cast<unsigned>((M + spatial_tile - 1) / spatial_tile);
     grid.z = static_cast<unsigned>(g.splits);
     if (grid.y > 65535)
-      throw invalid_argument("fusebox: " + std::string(name(win.op)) + " on the CUDA backend takes at most " +
-                             std::to_string(65535 * spatial_tile) + " channels");
+      FUSEBOX_THROW(invalid_argument("fusebox: " + std::string(name(win.op)) + " on the CUDA backend takes at most " +
+                                     std::to_string(65535 * spatial_tile) + " channels"));
     cuda::launch(first, grid, block, 0, on, args, rk.summary);
     if (g.splits > 1) {
       cuda::dim3 sum_grid;
@@ -193,8 +193,8 @@ void launch_gather(const rendered_cuda_kernel& rk, cuda::CUfunction first, cuda:
   g.d = static_cast<long long>(back ? out.shape[1] : a.shape[1]);
   g.v = static_cast<long long>(back ? out.shape[0] : a.shape[0]);
   if (g.n >= (1ll << 31))
-    throw invalid_argument("fusebox: " + std::string(n.desc.name) + " on the CUDA backend takes fewer than 2^31 ids; ids are " +
-                           to_string(ids.shape));
+    FUSEBOX_THROW(invalid_argument("fusebox: " + std::string(n.desc.name) + " on the CUDA backend takes fewer than 2^31 ids; ids are " +
+                                   to_string(ids.shape)));
   void* args[] = {&g};
   cuda::dim3 grid, block;
   block.x = gather_block_threads;
@@ -311,7 +311,7 @@ FUSEBOX_RUNTIME_API std::size_t spatial_scratch_bytes(const window& win, const d
 
 FUSEBOX_RUNTIME_API rendered_cuda_kernel render_cuda_spatial(const ir::node& n, dtype storage) {
   const spatial_op op = n.desc.win.op;
-  if (op == spatial_op::none) throw invalid_argument("fusebox internal: a spatial node without an op");
+  if (op == spatial_op::none) FUSEBOX_THROW(invalid_argument("fusebox internal: a spatial node without an op"));
   rendered_cuda_kernel r;
   r.kind = plan::kernel_kind::spatial;
   r.block_threads = spatial_block_threads;

@@ -69,7 +69,7 @@ FUSEBOX_RUNTIME_API void strided_copy_async(CUdeviceptr dst, const strides_t& ds
                                             const strides_t& src_stride, const dims& shape, std::size_t element_bytes,
                                             CUstream on) {
   if (element_bytes != 2 && element_bytes != 4 && element_bytes != 8)
-    throw invalid_argument("fusebox internal: strided copy of " + std::to_string(element_bytes) + "-byte elements");
+    FUSEBOX_THROW(invalid_argument("fusebox internal: strided copy of " + std::to_string(element_bytes) + "-byte elements"));
   strided_copy_args a;
   a.src = src;
   a.dst = dst;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "fusebox/backend/cuda/memory.hpp"
+#include "fusebox/core/errors.hpp"
 #include "fusebox/core/linkage.hpp"
 #include "fusebox/core/low_precision.hpp"
 #include "fusebox/core/shape.hpp"
@@ -77,9 +78,9 @@ class tensor {
         d.extent[i] = given[k++];
       }
     if (k != sizeof...(N) || !d.is_static())
-      throw shape_error("cuda::tensor: " + std::to_string(sizeof...(N)) + " extent(s) given for the shape " +
-                            to_string(dims_of(Shape{})),
-                        std::source_location::current());
+      FUSEBOX_THROW(shape_error("cuda::tensor: " + std::to_string(sizeof...(N)) + " extent(s) given for the shape " +
+                                    to_string(dims_of(Shape{})),
+                                std::source_location::current()));
     allocate(d);
   }
 
@@ -98,9 +99,9 @@ class tensor {
   /// is: a CUDA graph recorded with this tensor reads the new values when it replays).
   void upload(const host_tensor& host, std::source_location loc = std::source_location::current()) {
     if (!(host.extents() == view_.shape))
-      throw shape_error("cuda::tensor::upload: host tensor " + to_string(host.extents()) + " into device tensor " +
-                            to_string(view_.shape),
-                        loc);
+      FUSEBOX_THROW(shape_error("cuda::tensor::upload: host tensor " + to_string(host.extents()) + " into device tensor " +
+                                    to_string(view_.shape),
+                                loc));
     const std::size_t n = host.size();
     if constexpr (std::is_same_v<T, float>) {
       if (host.contiguous()) {  // straight from the host tensor: no staging, no per-element indexing

@@ -111,8 +111,8 @@ FUSEBOX_RUNTIME_API uploader::~uploader() {
 
 FUSEBOX_RUNTIME_API uploader::ticket uploader::copy(CUdeviceptr dst, storage_ptr src, std::size_t bytes) {
   if (bytes > 0 && !src)
-    throw invalid_argument("fusebox: cuda::uploader::copy: a copy of " + std::to_string(bytes) +
-                           " bytes from empty host storage");
+    FUSEBOX_THROW(invalid_argument("fusebox: cuda::uploader::copy: a copy of " + std::to_string(bytes) +
+                                   " bytes from empty host storage"));
   release_finished();
   after_work_.record(work_stream().get());
   side_.wait(after_work_);

@@ -1,0 +1,423 @@
+// tests/edge/static_models.cpp: the edge configuration's test program (issue 23). Static models of
+// every kind an edge build runs (elementwise chains, reductions, matmul with its epilogues,
+// softmax and layer_norm, convolution and pooling, the T2 CNN's forward pass), compiled from
+// <fusebox/cpu.hpp> alone, checked element by element against naive double-precision references
+// on fresh random inputs; then that a warm call allocates nothing, and that bad input reaches the
+// error handler with a message naming the op and the shapes.
+//
+// It builds without exceptions and RTTI (-fno-exceptions -fno-rtti) and without a test framework,
+// so the same source runs on this machine (CTest edge.static_models) and cross-compiled for
+// aarch64 under qemu-aarch64 (CTest label aarch64: tests/edge/CMakeLists.txt). Exit status 0 when
+// every check passed; each failure prints the model, the element, the value and the reference.
+#include <fusebox/cpu.hpp>
+
+#include <atomic>
+#include <cmath>
+#include <csetjmp>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+// Every heap allocation of the program, counted (the no-heap check below). GCC's
+// -Wmismatched-new-delete sees free() of what this operator new returned, which is its pair.
+namespace {
+std::atomic<long> heap_allocations{0};
+}
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void* operator new(std::size_t n) {
+  heap_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  std::fputs("static_models: out of memory\n", stderr);
+  std::abort();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
+
+namespace {
+
+namespace fb = fusebox;
+
+int checks = 0;
+int failures = 0;
+
+/// Every element of `got` against ref(i) (flat row-major index): |got - ref| <= tol * scale(i),
+/// with scale 1 + |ref| unless the reference gives one (a sum of |products| for long sums).
+template <class T, class S, class Ref, class Scale>
+void check_all(const char* what, const fb::tensor<T, S>& got, Ref ref, Scale scale, double tol) {
+  ++checks;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double want = ref(i);
+    const double g = static_cast<double>(got.data()[i]);
+    if (!(std::fabs(g - want) <= tol * scale(i))) {
+      std::printf("FAIL %s: element %zu is %.9g, reference %.9g (tolerance %.3g)\n", what, i, g, want, tol * scale(i));
+      ++failures;
+      return;
+    }
+  }
+  std::printf("ok   %s (%zu elements)\n", what, got.size());
+}
+template <class T, class S, class Ref>
+void check_all(const char* what, const fb::tensor<T, S>& got, Ref ref, double tol) {
+  check_all(what, got, ref, [&](std::size_t i) { return 1.0 + std::fabs(ref(i)); }, tol);
+}
+
+void check(const char* what, bool ok) {
+  ++checks;
+  if (!ok) ++failures;
+  std::printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+}
+
+double gelu(double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }
+double sigmoid(double v) { return 1 / (1 + std::exp(-v)); }
+
+/// A warm compiled call into caller-owned outputs allocates nothing (the arena and the workspace
+/// are sized by the first call and kept), and gives the same result each time.
+template <class F, class Out, class... In>
+void check_no_heap(const char* what, F& f, Out&& out, const In&... in) {
+  f.run(out, in...);
+  const auto& first = [&]() -> const auto& {
+    if constexpr (requires { std::get<0>(out); }) return std::get<0>(out);
+    else return out;
+  }();
+  const float first_value = first.data()[first.size() / 2];
+  const long before = heap_allocations.load();
+  for (int i = 0; i < 3; ++i) f.run(out, in...);
+  const long after = heap_allocations.load();
+  char line[200];
+  std::snprintf(line, sizeof line, "%s: a warm call allocates nothing (%ld allocations) and repeats its result", what,
+                after - before);
+  check(line, after == before && first.data()[first.size() / 2] == first_value);
+}
+
+void elementwise() {
+  fb::tensor<float, fb::shape<37, 45>> x, w;
+  fb::tensor<float, fb::shape<45>> b;
+  x.fill_random(11, -3.0f, 3.0f);
+  w.fill_random(12, -1.5f, 1.5f);
+  b.fill_random(13, -1.0f, 1.0f);
+  auto f = fb::compile([](auto x, auto w, auto b) {
+    return fb::gelu(x * w + b) * fb::sigmoid(x) - fb::tanh(x) / 2.0f + fb::exp(fb::relu(w) - 1.0f);
+  });
+  const auto y = f(x, w, b);
+  check_all("elementwise: gelu(x*w+b)*sigmoid(x) - tanh(x)/2 + exp(relu(w)-1)", y, [&](std::size_t i) {
+    const double xv = x.data()[i], wv = w.data()[i], bv = b.data()[i % 45];
+    return gelu(xv * wv + bv) * sigmoid(xv) - std::tanh(xv) / 2 + std::exp(std::max(wv, 0.0) - 1);
+  }, 2e-6);
+  fb::tensor<float, fb::shape<37, 45>> out;
+  check_no_heap("elementwise", f, out, x, w, b);
+  // The counter counts: a call that returns its result allocates it.
+  const long before = heap_allocations.load();
+  const auto fresh = f(x, w, b);
+  check("a call returning a new tensor allocates (the allocation counter counts)",
+        heap_allocations.load() > before && fresh.data()[100] == y.data()[100]);
+}
+
+void reductions() {
+  fb::tensor<float, fb::shape<29, 70>> x;
+  x.fill_random(21, -2.0f, 2.0f);
+  auto f = fb::compile([](auto x) {
+    return std::make_tuple(fb::sum(x * x, fb::axis<1>), fb::mean(x, fb::axis<0>), fb::max(x, fb::axis<1>));
+  });
+  const auto [s, m, mx] = f(x);
+  auto at = [&](std::size_t r, std::size_t c) { return static_cast<double>(x.data()[r * 70 + c]); };
+  check_all("reduction: sum(x*x, axis 1)", s, [&](std::size_t r) {
+    double acc = 0;
+    for (std::size_t c = 0; c < 70; ++c) acc += at(r, c) * at(r, c);
+    return acc;
+  }, 1e-6);
+  check_all("reduction: mean(x, axis 0)", m, [&](std::size_t c) {
+    double acc = 0;
+    for (std::size_t r = 0; r < 29; ++r) acc += at(r, c);
+    return acc / 29;
+  }, [&](std::size_t) { return 2.0; }, 1e-6);
+  check_all("reduction: max(x, axis 1)", mx, [&](std::size_t r) {
+    double best = at(r, 0);
+    for (std::size_t c = 1; c < 70; ++c) best = std::max(best, at(r, c));
+    return best;
+  }, 0.0);
+}
+
+/// a [M,K] @ b [K,N], and the sum of |products| each element's rounding is bounded by.
+template <std::size_t M, std::size_t K, std::size_t N>
+struct product {
+  double value[M * N], bound[M * N];
+  product(const float* a, const float* b) {
+    for (std::size_t i = 0; i < M; ++i)
+      for (std::size_t j = 0; j < N; ++j) {
+        double v = 0, s = 0;
+        for (std::size_t k = 0; k < K; ++k) {
+          const double p = static_cast<double>(a[i * K + k]) * b[k * N + j];
+          v += p;
+          s += std::fabs(p);
+        }
+        value[i * N + j] = v;
+        bound[i * N + j] = s;
+      }
+  }
+};
+
+void matmul_epilogues() {
+  fb::tensor<float, fb::shape<33, 64>> x;
+  fb::tensor<float, fb::shape<64, 40>> w;
+  fb::tensor<float, fb::shape<40>> b;
+  fb::tensor<float, fb::shape<33, 40>> r;
+  x.fill_random(31, -1.0f, 1.0f);
+  w.fill_random(32, -0.5f, 0.5f);
+  b.fill_random(33, -1.0f, 1.0f);
+  r.fill_random(34, -1.0f, 1.0f);
+  auto f = fb::compile([](auto x, auto w, auto b, auto r) {
+    const auto h = fb::matmul(x, w) + b;
+    return std::make_tuple(fb::relu(h), fb::gelu(h) + r);
+  });
+  const auto [y1, y2] = f(x, w, b, r);
+  const auto* p = new product<33, 64, 40>(x.data(), w.data());
+  auto h = [&](std::size_t i) { return p->value[i] + b.data()[i % 40]; };
+  auto scale = [&](std::size_t i) { return 1.0 + p->bound[i] + std::fabs(b.data()[i % 40]); };
+  check_all("matmul: relu(x@w + b)", y1, [&](std::size_t i) { return std::max(h(i), 0.0); }, scale, 1e-6);
+  check_all("matmul: gelu(x@w + b) + r", y2, [&](std::size_t i) { return gelu(h(i)) + r.data()[i]; },
+            [&](std::size_t i) { return scale(i) + std::fabs(r.data()[i]); }, 2e-6);
+  delete p;
+  fb::tensor<float, fb::shape<33, 40>> o1, o2;
+  check_no_heap("matmul with epilogues, two results", f, std::tie(o1, o2), x, w, b, r);
+  check("run(std::tie(o1, o2), ...) writes both results",
+        std::memcmp(o1.data(), y1.data(), sizeof(float) * o1.size()) == 0 &&
+            std::memcmp(o2.data(), y2.data(), sizeof(float) * o2.size()) == 0);
+}
+
+void softmax_layer_norm() {
+  fb::tensor<float, fb::shape<17, 96>> x;
+  fb::tensor<float, fb::shape<96>> g, b;
+  x.fill_random(41, -4.0f, 4.0f);
+  g.fill_random(42, 0.5f, 1.5f);
+  b.fill_random(43, -0.5f, 0.5f);
+  auto f = fb::compile([](auto x, auto g, auto b) {
+    return std::make_tuple(fb::softmax(x), fb::layer_norm(x, g, b, 1e-5f));
+  });
+  const auto [sm, ln] = f(x, g, b);
+  auto row = [&](std::size_t i) { return x.data() + (i / 96) * 96; };
+  check_all("softmax(x)", sm, [&](std::size_t i) {
+    const float* v = row(i);
+    double mx = v[0], den = 0;
+    for (int c = 1; c < 96; ++c) mx = std::max(mx, static_cast<double>(v[c]));
+    for (int c = 0; c < 96; ++c) den += std::exp(v[c] - mx);
+    return std::exp(x.data()[i] - mx) / den;
+  }, 1e-6);
+  check_all("layer_norm(x, g, b)", ln, [&](std::size_t i) {
+    const float* v = row(i);
+    double mean = 0, var = 0;
+    for (int c = 0; c < 96; ++c) mean += v[c];
+    mean /= 96;
+    for (int c = 0; c < 96; ++c) var += (v[c] - mean) * (v[c] - mean);
+    var /= 96;
+    return (x.data()[i] - mean) / std::sqrt(var + 1e-5) * g.data()[i % 96] + b.data()[i % 96];
+  }, 1e-5);
+}
+
+/// Naive double convolution [N,C,H,W] * [O,C,K,K] + bias, stride 1, zero padding P.
+struct conv_ref {
+  std::size_t N, C, H, W, O, K, P;
+  double at(const float* x, const float* w, const float* b, std::size_t n, std::size_t o, std::size_t i,
+            std::size_t j, double* bound) const {
+    double v = b ? b[o] : 0.0, s = b ? std::fabs(b[o]) : 0.0;
+    for (std::size_t c = 0; c < C; ++c)
+      for (std::size_t ki = 0; ki < K; ++ki)
+        for (std::size_t kj = 0; kj < K; ++kj) {
+          const long ii = static_cast<long>(i + ki) - static_cast<long>(P), jj = static_cast<long>(j + kj) - static_cast<long>(P);
+          if (ii < 0 || jj < 0 || ii >= static_cast<long>(H) || jj >= static_cast<long>(W)) continue;
+          const double p = static_cast<double>(x[((n * C + c) * H + ii) * W + jj]) * w[((o * C + c) * K + ki) * K + kj];
+          v += p;
+          s += std::fabs(p);
+        }
+    if (bound) *bound = s;
+    return v;
+  }
+};
+
+void conv_and_pool() {
+  fb::tensor<float, fb::shape<2, 3, 14, 13>> x;
+  fb::tensor<float, fb::shape<8, 3, 3, 3>> w;
+  fb::tensor<float, fb::shape<8>> b;
+  x.fill_random(51, -1.0f, 1.0f);
+  w.fill_random(52, -0.5f, 0.5f);
+  b.fill_random(53, -0.5f, 0.5f);
+  auto f = fb::compile([](auto x, auto w, auto b) {
+    const auto c = fb::relu(fb::conv2d<fb::padding<1>>(x, w, b));
+    return std::make_tuple(c, fb::max_pool2d<2>(c), fb::avg_pool2d<2>(c));
+  });
+  const auto [c, mp, ap] = f(x, w, b);
+  const conv_ref cr{2, 3, 14, 13, 8, 3, 1};
+  auto conv_at = [&](std::size_t n, std::size_t o, std::size_t i, std::size_t j, double* bound = nullptr) {
+    return std::max(cr.at(x.data(), w.data(), b.data(), n, o, i, j, bound), 0.0);
+  };
+  check_all("conv2d 3x3 padding 1, bias, relu", c, [&](std::size_t e) {
+    return conv_at(e / (8 * 14 * 13), e / (14 * 13) % 8, e / 13 % 14, e % 13);
+  }, [&](std::size_t e) {
+    double s = 0;
+    conv_at(e / (8 * 14 * 13), e / (14 * 13) % 8, e / 13 % 14, e % 13, &s);
+    return 1.0 + s;
+  }, 1e-6);
+  // Pools over the relu'd convolution fusebox computed (checked above): their own arithmetic only.
+  auto pooled = [&](std::size_t e, bool max) {
+    const std::size_t n = e / (8 * 7 * 6), o = e / (7 * 6) % 8, i = e / 6 % 7, j = e % 6;
+    double best = -1e300, sum = 0;
+    for (std::size_t di = 0; di < 2; ++di)
+      for (std::size_t dj = 0; dj < 2; ++dj) {
+        const double v = c.data()[((n * 8 + o) * 14 + 2 * i + di) * 13 + 2 * j + dj];
+        best = std::max(best, v);
+        sum += v;
+      }
+    return max ? best : sum / 4;
+  };
+  check_all("max_pool2d<2>", mp, [&](std::size_t e) { return pooled(e, true); }, 0.0);
+  check_all("avg_pool2d<2>", ap, [&](std::size_t e) { return pooled(e, false); }, 1e-7);
+}
+
+/// BENCHMARKS.md's T2 network (examples/fashion_cnn.hpp), its forward pass at batch 2:
+/// [2,1,28,28] -> conv 5x5 32, relu, max-pool 2 -> conv 5x5 64, relu, max-pool 2 -> linear 1024 -> 10.
+void t2_cnn_forward() {
+  fb::tensor<float, fb::shape<2, 1, 28, 28>> x;
+  fb::tensor<float, fb::shape<32, 1, 5, 5>> w1;
+  fb::tensor<float, fb::shape<32>> b1;
+  fb::tensor<float, fb::shape<64, 32, 5, 5>> w2;
+  fb::tensor<float, fb::shape<64>> b2;
+  fb::tensor<float, fb::shape<1024, 10>> w3;
+  fb::tensor<float, fb::shape<10>> b3;
+  x.fill_random(61, 0.0f, 1.0f);
+  w1.fill_random(62, -0.2f, 0.2f);
+  b1.fill_random(63, -0.2f, 0.2f);
+  w2.fill_random(64, -0.035f, 0.035f);
+  b2.fill_random(65, -0.035f, 0.035f);
+  w3.fill_random(66, -0.03f, 0.03f);
+  b3.fill_random(67, -0.03f, 0.03f);
+  auto net = fb::compile([](auto x, auto w1, auto b1, auto w2, auto b2, auto w3, auto b3) {
+    const auto h1 = fb::max_pool2d<2>(fb::relu(fb::conv2d(x, w1, b1)));
+    const auto h2 = fb::max_pool2d<2>(fb::relu(fb::conv2d(h1, w2, b2)));
+    return fb::matmul(fb::reshape<fb::shape<2, 1024>>(h2), w3) + b3;
+  });
+  const auto logits = net(x, w1, b1, w2, b2, w3, b3);
+
+  // The reference in double, layer by layer, with the bound of each logit's rounding carried
+  // through (relu and max pass a value's bound on).
+  std::vector<double> a1(2 * 32 * 12 * 12), s1(a1.size()), a2(2 * 64 * 4 * 4), s2(a2.size());
+  const conv_ref c1{2, 1, 28, 28, 32, 5, 0};
+  for (std::size_t n = 0; n < 2; ++n)
+    for (std::size_t o = 0; o < 32; ++o)
+      for (std::size_t i = 0; i < 12; ++i)
+        for (std::size_t j = 0; j < 12; ++j) {
+          double best = 0, bound = 0;  // relu then max: max(0, conv values)
+          for (std::size_t d = 0; d < 4; ++d) {
+            double s = 0;
+            const double v = c1.at(x.data(), w1.data(), b1.data(), n, o, 2 * i + d / 2, 2 * j + d % 2, &s);
+            if (v > best) best = v;
+            bound = std::max(bound, s);
+          }
+          a1[((n * 32 + o) * 12 + i) * 12 + j] = best;
+          s1[((n * 32 + o) * 12 + i) * 12 + j] = bound;
+        }
+  for (std::size_t n = 0; n < 2; ++n)
+    for (std::size_t o = 0; o < 64; ++o)
+      for (std::size_t i = 0; i < 4; ++i)
+        for (std::size_t j = 0; j < 4; ++j) {
+          double best = 0, bound = 0;
+          for (std::size_t d = 0; d < 4; ++d) {
+            // From the double activations; each term's bound adds the first layer's (s1).
+            double v = b2.data()[o], s = std::fabs(b2.data()[o]);
+            for (std::size_t c = 0; c < 32; ++c)
+              for (std::size_t ki = 0; ki < 5; ++ki)
+                for (std::size_t kj = 0; kj < 5; ++kj) {
+                  const std::size_t at = ((n * 32 + c) * 12 + 2 * i + d / 2 + ki) * 12 + 2 * j + d % 2 + kj;
+                  const double wv = w2.data()[((o * 32 + c) * 5 + ki) * 5 + kj];
+                  v += a1[at] * wv;
+                  s += (std::fabs(a1[at]) + s1[at]) * std::fabs(wv);
+                }
+            if (v > best) best = v;
+            bound = std::max(bound, s);
+          }
+          a2[((n * 64 + o) * 4 + i) * 4 + j] = best;
+          s2[((n * 64 + o) * 4 + i) * 4 + j] = bound;
+        }
+  check_all("T2 CNN forward, batch 2 (conv 5x5 32, relu, pool, conv 5x5 64, relu, pool, linear 1024->10)", logits,
+            [&](std::size_t e) {
+              const std::size_t n = e / 10, k = e % 10;
+              double v = b3.data()[k];
+              for (std::size_t f = 0; f < 1024; ++f) v += a2[n * 1024 + f] * w3.data()[f * 10 + k];
+              return v;
+            },
+            [&](std::size_t e) {
+              const std::size_t n = e / 10, k = e % 10;
+              double s = 1 + std::fabs(b3.data()[k]);
+              for (std::size_t f = 0; f < 1024; ++f) s += (std::fabs(a2[n * 1024 + f]) + s2[n * 1024 + f]) * std::fabs(w3.data()[f * 10 + k]);
+              return s;
+            },
+            1e-5);
+  fb::tensor<float, fb::shape<2, 10>> out;
+  check_no_heap("T2 CNN forward", net, out, x, w1, b1, w2, b2, w3, b3);
+}
+
+// Bad input: with exceptions the error is thrown; without, it reaches the error handler, which
+// must not return. This one records the message and jumps back (the test's way of not returning).
+std::jmp_buf after_error;
+char error_message[512];
+
+void bad_input() {
+  fb::set_error_handler([](const std::exception& e) {
+    std::snprintf(error_message, sizeof error_message, "%s", e.what());
+    std::longjmp(after_error, 1);
+  });
+  // Each call below is an error; the message it raised is checked for the op and the shapes.
+  auto message_of = [](auto&& call) {
+    error_message[0] = '\0';
+#if FUSEBOX_HAS_EXCEPTIONS
+    try {
+      call();
+    } catch (const fb::error& e) {
+      std::snprintf(error_message, sizeof error_message, "%s", e.what());
+    }
+#else
+    if (setjmp(after_error) == 0) call();
+#endif
+    std::printf("     the error: %s\n", error_message);
+    return std::string(error_message);
+  };
+  fb::tensor<float, fb::shape<6, 4>> x;
+  x.fill_random(71);
+  std::string msg = message_of([&] { (void)x.at(6, 0); });
+  check("bad input: at(6, 0) of a [6, 4] tensor names the index, the dimension and the shape",
+        msg.find("index 6") != std::string::npos && msg.find("dimension 0") != std::string::npos &&
+            msg.find("[6, 4]") != std::string::npos);
+  // Extents known at run time (a batch read from a file, say): the message names this line.
+  fb::tensor<float, fb::shape<fb::dyn, 4>> rows(fb::dims{2, {6, 4}});
+  msg = message_of([&] { (void)rows.reshape<fb::shape<5, 5>>(); });
+  check("bad input: reshape of [6, 4] to [5, 5] names the op, both shapes and the caller's line",
+        msg.find("reshape") != std::string::npos && msg.find("[6, 4]") != std::string::npos &&
+            msg.find("[5, 5]") != std::string::npos && msg.find("static_models.cpp:") != std::string::npos);
+  fb::set_error_handler(nullptr);
+}
+
+}  // namespace
+
+int main() {
+  std::printf("fusebox edge configuration: exceptions %s, %s\n", FUSEBOX_HAS_EXCEPTIONS ? "on" : "off",
+#if defined(__aarch64__)
+              "aarch64"
+#elif defined(__x86_64__)
+              "x86-64"
+#else
+              "another architecture"
+#endif
+  );
+  elementwise();
+  reductions();
+  matmul_epilogues();
+  softmax_layer_norm();
+  conv_and_pool();
+  t2_cnn_forward();
+  bad_input();
+  std::printf("%d of %d checks passed\n", checks - failures, checks);
+  return failures == 0 ? 0 : 1;
+}
