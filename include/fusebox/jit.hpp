@@ -5,7 +5,10 @@
 
 #include "fusebox/core/errors.hpp"
 #if !FUSEBOX_HAS_EXCEPTIONS
-#error "fusebox: <fusebox/jit.hpp> (the run-time path (dyn extents, the kernel caches)) needs C++ exceptions; a build with -fno-exceptions can use <fusebox/cpu.hpp> (static shapes on the CPU) and <fusebox/io/safetensors.hpp> (core/errors.hpp)"
+#error "fusebox: <fusebox/jit.hpp> (the run-time path: dyn extents, the kernel caches) needs C++ exceptions; a build with -fno-exceptions can use <fusebox/cpu.hpp> (static shapes on the CPU) and <fusebox/io/safetensors.hpp> (core/errors.hpp)"
+#endif
+#if defined(FUSEBOX_NO_ENVIRONMENT)
+#error "fusebox: <fusebox/jit.hpp> (the run-time path) reads its environment (PATH, HOME, FUSEBOX_CXX, ...); FUSEBOX_NO_ENVIRONMENT is for programs of static shapes from <fusebox/cpu.hpp> (core/environment.hpp)"
 #endif
 
 #include "fusebox/backend/cpu/winner_store.hpp"

@@ -1,13 +1,18 @@
 // options.hpp: what compile() is told, mirroring torch.compile's arguments.
 // A structural type, so it can also be a template argument: compile<options{.fullgraph = true}>(m)
 // makes graph breaks build errors, which a run-time options value cannot.
-// Depends on: the C++ standard library.
+// Depends on: core/environment.hpp, the C++ standard library.
 #pragma once
 
-#include <cstdlib>
 #include <string_view>
 
+#include "fusebox/core/environment.hpp"
+
 namespace fusebox {
+
+namespace cpu {
+struct external_pool;  // backend/cpu/thread_pool.hpp
+}
 
 enum class mode { default_, reduce_overhead, max_autotune };
 enum class dynamic { automatic, always, never };
@@ -34,6 +39,9 @@ struct options {
   bool error_on_recompile = false;
   bool fast_math = false;
   unsigned threads = 0;  ///< 0: fusebox::default_threads()
+  /// The caller's own thread pool for this function's CPU work, in place of fusebox's (threads is
+  /// then ignored); it must outlive the compiled function. See cpu::external_pool.
+  const cpu::external_pool* pool = nullptr;
   /// reduce_overhead: CUDA graphs kept per compiled function (one per call signature: extents,
   /// addresses), least recently used dropped first. See compiled::cudagraph_sizes.
   unsigned cudagraph_cap = 16;
@@ -61,7 +69,7 @@ namespace detail {
 /// FUSEBOX_DISABLE=1 in the environment: every compiled function runs eagerly (read once).
 inline bool disabled_by_environment() {
   static const bool off = [] {
-    const char* v = std::getenv("FUSEBOX_DISABLE");
+    const char* v = ::fusebox::detail::environment_variable("FUSEBOX_DISABLE");
     return v && *v && std::string_view(v) != "0";
   }();
   return off;

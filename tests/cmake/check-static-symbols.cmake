@@ -2,9 +2,10 @@
 # <fusebox/cpu.hpp>), then lists its symbols with NM and fails on any that belong to code such a
 # program must not link (issue 22): the run-time path (kernel store, host compiler, disk cache,
 # generated programs), the CUDA back end, dlopen, std::filesystem.
-# With -DNO_EXCEPTIONS=ON (the edge configuration, issue 23) it also fails on exception-handling
-# code: a throw, a catch or the personality routine that unwinding needs.
-#   cmake -DPROGRAM=<binary> -DNM=<nm> [-DNO_EXCEPTIONS=ON] -P check-static-symbols.cmake
+# With -DEDGE=ON (the edge configuration, issue 23: tests/edge/edge.cmake) it also fails on
+# exception-handling code (a throw, a catch, the personality routine unwinding needs), on threads
+# started (std::thread, pthread_create) and on reads of the environment (getenv).
+#   cmake -DPROGRAM=<binary> -DNM=<nm> [-DEDGE=ON] -P check-static-symbols.cmake
 execute_process(COMMAND "${PROGRAM}" RESULT_VARIABLE run_status OUTPUT_VARIABLE run_out ERROR_VARIABLE run_err)
 if(NOT run_status EQUAL 0)
   message(FATAL_ERROR "${PROGRAM} failed (${run_status}):\n${run_out}\n${run_err}")
@@ -19,7 +20,7 @@ foreach(line IN LISTS lines)
   if(line MATCHES "fusebox::jit::(kernel_store|host_compiler|disk_cache|program|cuda_program|dynamic_function|shared_library)"
      OR line MATCHES "fusebox::cuda::(detail|driver|open_first|nvrtc|tensor)"
      OR line MATCHES " U dlopen| U dlsym|std::filesystem::"
-     OR (NO_EXCEPTIONS AND line MATCHES "__cxa_throw|__cxa_begin_catch|__cxa_rethrow|__gxx_personality"))
+     OR (EDGE AND line MATCHES "__cxa_throw|__cxa_begin_catch|__cxa_rethrow|__gxx_personality|std::thread|pthread_create| U getenv| U secure_getenv"))
     list(APPEND found "${line}")
   endif()
 endforeach()
@@ -29,8 +30,8 @@ if(found)
   string(REPLACE ";" "\n  " shown "${shown}")
   message(FATAL_ERROR "${PROGRAM} links ${n} symbol(s) of code a static CPU program must not carry, e.g.:\n  ${shown}")
 endif()
-if(NO_EXCEPTIONS)
-  message(STATUS "${PROGRAM}: ran, and links no run-time path, CUDA, dlopen, filesystem or exception code:\n${run_out}")
+if(EDGE)
+  message(STATUS "${PROGRAM}: ran, and links no run-time path, CUDA, dlopen, filesystem, exception, thread or getenv code:\n${run_out}")
 else()
   message(STATUS "${PROGRAM}: ran, and links no run-time path, CUDA, dlopen or filesystem code")
 endif()

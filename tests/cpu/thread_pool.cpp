@@ -153,3 +153,60 @@ TEST_CASE("thread_pool: shared_pool returns one pool per thread count", "[cpu][t
   CHECK(a.size() == 2);
   CHECK(c.size() == 3);
 }
+
+namespace {
+// A caller's own pool, as an application has one (options::pool): `threads` std::threads per job,
+// each taking tasks from a shared counter with its own worker index, the calling thread waiting.
+struct callers_threads {
+  unsigned threads;
+  std::atomic<int> jobs{0};
+  static void parallel_for(void* self, std::size_t tasks, fusebox::cpu::task_ref task) {
+    auto& me = *static_cast<callers_threads*>(self);
+    me.jobs.fetch_add(1);
+    std::atomic<std::size_t> next{0};
+    std::vector<std::thread> team;
+    for (unsigned w = 0; w < me.threads; ++w)
+      team.emplace_back([&, w] {
+        for (std::size_t t; (t = next.fetch_add(1)) < tasks;) task(t, w);
+      });
+    for (auto& t : team) t.join();
+  }
+};
+}  // namespace
+
+TEST_CASE("thread_pool: on the caller's pool every task runs once, nested calls run serially, errors come back",
+          "[cpu][thread_pool]") {
+  callers_threads caller{3};
+  const fusebox::cpu::external_pool ext{3, &caller, &callers_threads::parallel_for};
+  thread_pool pool(ext);
+  CHECK(pool.size() == 3);
+  std::vector<std::atomic<int>> runs(500);
+  std::vector<std::atomic<int>> busy(3);
+  std::atomic<bool> shared_worker{false}, nested_wrong{false};
+  pool.parallel_for(runs.size(), [&](std::size_t t, unsigned w) {
+    if (busy[w].fetch_add(1) != 0) shared_worker = true;  // two tasks at once on one worker index
+    // Nested work runs here, in order, as this worker.
+    std::size_t seen = 0;
+    pool.parallel_for(4, [&](std::size_t n, unsigned nw) {
+      if (n != seen++ || nw != w) nested_wrong = true;
+    });
+    runs[t].fetch_add(1);
+    busy[w].fetch_sub(1);
+  });
+  CHECK(caller.jobs.load() == 1);  // the nested calls did not reach the caller's pool
+  CHECK_FALSE(shared_worker.load());
+  CHECK_FALSE(nested_wrong.load());
+  for (auto& r : runs) REQUIRE(r.load() == 1);
+
+  std::atomic<int> after_error{0};
+  CHECK_THROWS_WITH(pool.parallel_for(300,
+                                      [&](std::size_t t, unsigned) {
+                                        if (t == 5) throw std::runtime_error("task 5 failed");
+                                        after_error.fetch_add(1);
+                                      }),
+                    "task 5 failed");
+  CHECK(after_error.load() < 300);
+
+  const fusebox::cpu::external_pool none{2, nullptr, nullptr};
+  CHECK_THROWS_WITH(thread_pool(none), Catch::Contains("no parallel_for"));
+}

@@ -359,6 +359,48 @@ void t2_cnn_forward() {
   check_no_heap("T2 CNN forward", net, out, x, w1, b1, w2, b2, w3, b3);
 }
 
+/// The caller's thread pool (options::pool) in place of fusebox's. This one has no threads (the
+/// edge build may have none): it runs every task itself, last first, naming three workers in turn,
+/// and counts what it was given; cpu.thread_pool tests one with real threads.
+struct callers_pool {
+  std::size_t jobs = 0, tasks = 0;
+  static void parallel_for(void* self, std::size_t n, fb::cpu::task_ref task) {
+    auto& pool = *static_cast<callers_pool*>(self);
+    ++pool.jobs;
+    pool.tasks += n;
+    for (std::size_t t = n; t-- > 0;) task(t, static_cast<unsigned>(t % 3));
+  }
+};
+
+void on_callers_pool() {
+  fb::tensor<float, fb::shape<96, 256>> x;
+  fb::tensor<float, fb::shape<256, 80>> w;
+  fb::tensor<float, fb::shape<80>> b;
+  x.fill_random(81, -1.0f, 1.0f);
+  w.fill_random(82, -0.25f, 0.25f);
+  b.fill_random(83, -1.0f, 1.0f);
+  callers_pool state;
+  const fb::cpu::external_pool pool{3, &state, &callers_pool::parallel_for};
+  auto f = fb::compile([](auto x, auto w, auto b) { return fb::softmax(fb::gelu(fb::matmul(x, w) + b)); },
+                       {.pool = &pool});
+  const auto y = f(x, w, b);
+  const auto* p = new product<96, 256, 80>(x.data(), w.data());
+  std::vector<double> want(96 * 80);
+  for (std::size_t i = 0; i < 96; ++i) {
+    double den = 0;
+    for (std::size_t j = 0; j < 80; ++j) den += std::exp(gelu(p->value[i * 80 + j] + b.data()[j]));
+    for (std::size_t j = 0; j < 80; ++j) want[i * 80 + j] = std::exp(gelu(p->value[i * 80 + j] + b.data()[j])) / den;
+  }
+  delete p;
+  // softmax's inputs carry the GEMM's rounding (K = 256): ~1e-5 relative to |products| at most.
+  check_all("on the caller's pool: softmax(gelu(x@w + b)), 96x256 @ 256x80", y, [&](std::size_t i) { return want[i]; },
+            2e-5);
+  char line[160];
+  std::snprintf(line, sizeof line, "on the caller's pool: it ran %zu jobs of %zu tasks, and f.threads() is 3", state.jobs,
+                state.tasks);
+  check(line, state.jobs > 0 && state.tasks > state.jobs && f.threads() == 3);
+}
+
 // Bad input: with exceptions the error is thrown; without, it reaches the error handler, which
 // must not return. This one records the message and jumps back (the test's way of not returning).
 std::jmp_buf after_error;
@@ -417,6 +459,7 @@ int main() {
   softmax_layer_norm();
   conv_and_pool();
   t2_cnn_forward();
+  on_callers_pool();
   bad_input();
   std::printf("%d of %d checks passed\n", checks - failures, checks);
   return failures == 0 ? 0 : 1;

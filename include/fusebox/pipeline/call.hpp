@@ -50,7 +50,9 @@ struct graph_size_rule {
 class function_state {
  public:
   explicit function_state(options o) : opts(o) {
-    backend_state<backends::cpu_backend>().rt->pool = &cpu::shared_pool(opts.threads ? opts.threads : default_threads());
+    if (opts.pool) caller_pool_ = std::make_shared<cpu::thread_pool>(*opts.pool);
+    backend_state<backends::cpu_backend>().rt->pool =
+        caller_pool_ ? caller_pool_.get() : &cpu::shared_pool(opts.threads ? opts.threads : default_threads());
   }
 
   options opts;
@@ -112,6 +114,7 @@ class function_state {
 
  private:
   backends::cpu_backend::state cpu_;
+  std::shared_ptr<cpu::thread_pool> caller_pool_;  // options::pool, wrapped; the CPU state points at it
   std::vector<std::pair<const void*, std::shared_ptr<void>>> other_backends_;
   std::vector<std::pair<const void*, std::shared_ptr<void>>> dynamic_;
   std::vector<std::function<int()>> recompile_counts_;

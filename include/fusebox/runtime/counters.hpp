@@ -14,7 +14,7 @@
 // in a warm-start test) makes every compile throw `compile_forbidden`, so a test can prove that
 // a process with a warm cache compiled nothing. Compilers call `check_compile_allowed()` first.
 //
-// Depends on: the C++20 standard library and fusebox/core/errors.hpp.
+// Depends on: the C++20 standard library and fusebox/core/{environment,errors}.hpp.
 #pragma once
 
 #include <atomic>
@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fusebox/core/environment.hpp"
 #include "fusebox/core/errors.hpp"
 #include "fusebox/core/linkage.hpp"
 
@@ -188,7 +189,7 @@ FUSEBOX_RUNTIME_API void counter_set::reset() {
 namespace detail {
 FUSEBOX_RUNTIME_API std::atomic<bool>& compiles_forbidden_flag() noexcept {
   static std::atomic<bool> flag = [] {
-    const char* env = std::getenv("FUSEBOX_FORBID_COMPILES");
+    const char* env = ::fusebox::detail::environment_variable("FUSEBOX_FORBID_COMPILES");
     return env != nullptr && env[0] != '\0' && std::string_view(env) != "0";
   }();
   return flag;

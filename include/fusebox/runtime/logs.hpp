@@ -11,7 +11,7 @@
 // from several threads never interleave. When a category is off, `enabled()` is one relaxed
 // atomic load: test it before building an expensive message.
 //
-// Depends on: the C++20 standard library and fusebox/core/linkage.hpp.
+// Depends on: the C++20 standard library and fusebox/core/{environment,linkage}.hpp.
 #pragma once
 
 #include <atomic>
@@ -25,6 +25,7 @@
 #include <string_view>
 #include <utility>
 
+#include "fusebox/core/environment.hpp"
 #include "fusebox/core/linkage.hpp"
 
 namespace fusebox::jit {
@@ -84,7 +85,7 @@ inline log_state& logs() {
   // Constructed on first use (thread-safe), reading the environment once.
   static log_state* state = [] {
     auto* s = new log_state;  // never destroyed: logging may happen during static destruction
-    if (const char* env = std::getenv("FUSEBOX_LOGS"))
+    if (const char* env = ::fusebox::detail::environment_variable("FUSEBOX_LOGS"))
       s->mask.store(parse_logs(env, *s), std::memory_order_relaxed);
     return s;
   }();

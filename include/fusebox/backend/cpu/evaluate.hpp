@@ -11,7 +11,6 @@
 #include <functional>
 #include <source_location>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "fusebox/backend/cpu/eager_kernels.hpp"
@@ -23,7 +22,7 @@ namespace fusebox {
 
 namespace detail {
 inline unsigned& default_threads_ref() {
-  static unsigned n = std::max(1u, std::thread::hardware_concurrency());
+  static unsigned n = cpu::hardware_threads();
   return n;
 }
 }  // namespace detail

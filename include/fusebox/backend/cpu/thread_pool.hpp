@@ -20,6 +20,14 @@
 //     on the calling thread, with that thread's worker index where it is the same pool.
 //   - calls from several outside threads at once are serialised (one job at a time).
 //
+// Two ways to run without fusebox's own threads (edge builds, issue 23):
+//   - the caller's pool (options::pool, an `external_pool`): parallel_for hands the job to it, and
+//     the contract above holds on the caller's threads (errors included: the first is rethrown
+//     here);
+//   - FUSEBOX_NO_THREADS defined: fusebox starts no thread and includes neither <thread> nor
+//     <mutex>; a pool of its own has one thread, the caller's (an external pool still runs tasks
+//     in parallel).
+//
 // Depends on: the C++20 standard library, core/{errors,linkage}.hpp.
 #pragma once
 
@@ -29,14 +37,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <stdexcept>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
+#if !defined(FUSEBOX_NO_THREADS)
+#include <map>
+#include <mutex>
+#include <thread>
+#endif
 
 #include "fusebox/core/errors.hpp"
 #include "fusebox/core/linkage.hpp"
@@ -59,8 +69,11 @@ inline void cpu_relax() noexcept {
 #endif
 }
 
-// A non-owning reference to a callable `void(std::size_t, unsigned)`: two words, no allocation.
-// The referenced callable must outlive the call (it does: parallel_for blocks until done).
+}  // namespace detail
+
+/// A non-owning reference to a callable `void(std::size_t task, unsigned worker)`: two words, no
+/// allocation. The referenced callable must outlive the call (it does: parallel_for blocks until
+/// done). What an external_pool is given to run.
 class task_ref {
 public:
   task_ref() noexcept = default;
@@ -74,6 +87,29 @@ private:
   void* obj_ = nullptr;
   void (*call_)(void*, std::size_t, unsigned) = nullptr;
 };
+
+/// The caller's own thread pool, for the parallel work of a compiled function (options::pool):
+/// `parallel_for(context, tasks, task)` must call task(t, worker) once for every t in [0, tasks)
+/// and return when all have finished; `worker` must be in [0, threads) and differ between tasks
+/// that run at the same time (kernels index per-thread scratch by it). The calling thread may take
+/// tasks too. A task never calls back into the pool (fusebox runs nested work serially).
+struct external_pool {
+  unsigned threads = 1;  ///< how many threads run tasks at most, the calling one included
+  void* context = nullptr;
+  void (*parallel_for)(void* context, std::size_t tasks, task_ref task) = nullptr;
+};
+
+/// Threads this machine runs at once (std::thread::hardware_concurrency, at least 1); 1 where
+/// fusebox starts no threads (FUSEBOX_NO_THREADS).
+inline unsigned hardware_threads() noexcept {
+#if defined(FUSEBOX_NO_THREADS)
+  return 1;
+#else
+  return std::max(1u, std::thread::hardware_concurrency());
+#endif
+}
+
+namespace detail {
 
 // Which pool (if any) the current thread is running a task for, and as which worker.
 struct pool_context {
@@ -106,8 +142,13 @@ public:
   static constexpr std::chrono::microseconds spin_time{20};
 
   // `threads` counts every thread that runs tasks, the caller included: threads - 1 workers are
-  // started. 0 means std::thread::hardware_concurrency().
+  // started. 0 means hardware_threads(). With FUSEBOX_NO_THREADS the pool is the caller alone.
   explicit thread_pool(unsigned threads);
+  // The caller's pool runs the tasks: this one starts no thread.
+  explicit thread_pool(const external_pool& caller) : size_(std::max(1u, caller.threads)), external_(caller) {
+    if (!caller.parallel_for)
+      FUSEBOX_THROW(invalid_argument("fusebox: options::pool: the external_pool has no parallel_for function"));
+  }
 
   ~thread_pool() { shutdown(); }
 
@@ -121,11 +162,11 @@ public:
     // Only the two-word reference depends on F: the pool's work below is one function for every
     // caller. Instantiated per callable it was ~45 KB of object code in a unit compiling two small
     // models (issue 22); tasks are 20-500 us, so one indirect call per task costs nothing.
-    if (tasks != 0) run_job(tasks, detail::task_ref(fn));
+    if (tasks != 0) run_job(tasks, task_ref(fn));
   }
 
 private:
-  void run_job(std::size_t tasks, detail::task_ref fn) {
+  void run_job(std::size_t tasks, task_ref fn) {
     const detail::pool_context ctx = detail::current_context;
     if (ctx.pool != nullptr || size_ == 1 || tasks == 1) {
       // Nested (or nothing to share): run here, in order. Inside a task of this same pool the
@@ -135,7 +176,11 @@ private:
       for (std::size_t t = 0; t < tasks; ++t) fn(t, worker);
       return;
     }
-
+    if (external_.parallel_for) {
+      run_external(tasks, fn);
+      return;
+    }
+#if !defined(FUSEBOX_NO_THREADS)
     std::lock_guard<std::mutex> one_job_at_a_time(call_mutex_);
     job_ = fn;
     tasks_ = tasks;
@@ -163,7 +208,41 @@ private:
       std::rethrow_exception(e);
     }
 #endif
+#endif  // !FUSEBOX_NO_THREADS
   }
+
+  // The job on the caller's pool: each task marks its thread as this pool's worker (so nested
+  // parallel_for runs serially there), and the first error is rethrown after every task ended.
+  void run_external(std::size_t tasks, task_ref fn) {
+    struct job_state {
+      thread_pool* pool;
+      task_ref fn;
+      std::atomic<bool> failed{false};
+#if FUSEBOX_HAS_EXCEPTIONS
+      std::exception_ptr error{};
+#endif
+      void operator()(std::size_t t, unsigned worker) {
+        if (failed.load(std::memory_order_relaxed)) return;
+        detail::context_guard guard(pool, worker);
+#if FUSEBOX_HAS_EXCEPTIONS
+        try {
+          fn(t, worker);
+        } catch (...) {
+          bool expected = false;
+          if (failed.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) error = std::current_exception();
+        }
+#else
+        fn(t, worker);
+#endif
+      }
+    } job{this, fn};
+    external_.parallel_for(external_.context, tasks, task_ref(job));
+#if FUSEBOX_HAS_EXCEPTIONS
+    if (job.failed.load(std::memory_order_acquire)) std::rethrow_exception(job.error);
+#endif
+  }
+
+#if !defined(FUSEBOX_NO_THREADS)
 
   // Spin for spin_time, then block until `counter` is 0.
   static void wait_until_zero(std::atomic<unsigned>& counter) noexcept {
@@ -226,14 +305,11 @@ private:
     }
   }
 
-  void shutdown() noexcept;
-
-  unsigned size_ = 1;
   std::vector<std::thread> workers_;
   std::mutex call_mutex_;
 
   // The current job; written by the caller before the epoch is bumped, read-only while it runs.
-  detail::task_ref job_;
+  task_ref job_;
   std::size_t tasks_ = 0;
   std::exception_ptr error_;
 
@@ -243,16 +319,32 @@ private:
   std::atomic<bool> open_{false};
   std::atomic<bool> failed_{false};
   std::atomic<bool> stop_{false};
+#endif  // !FUSEBOX_NO_THREADS
+
+  void shutdown() noexcept;
+
+  unsigned size_ = 1;
+  external_pool external_{};
 };
 
 // A process-wide pool per thread count, created on first use and joined at exit.
-// 0 means std::thread::hardware_concurrency().
+// 0 means hardware_threads(). With FUSEBOX_NO_THREADS every count gets the one pool of one thread.
 FUSEBOX_RUNTIME_API thread_pool& shared_pool(unsigned threads);
 
 // Definitions: compiled here, or once in the FUSEBOX_IMPLEMENTATION unit (core/linkage.hpp).
 #if FUSEBOX_RUNTIME_BODIES
+#if defined(FUSEBOX_NO_THREADS)
+FUSEBOX_RUNTIME_API thread_pool::thread_pool(unsigned) {}
+
+FUSEBOX_RUNTIME_API void thread_pool::shutdown() noexcept {}
+
+FUSEBOX_RUNTIME_API thread_pool& shared_pool(unsigned) {
+  static thread_pool one(1);
+  return one;
+}
+#else
 FUSEBOX_RUNTIME_API thread_pool::thread_pool(unsigned threads) {
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  if (threads == 0) threads = hardware_threads();
   size_ = threads;
   workers_.reserve(threads - 1);
 #if FUSEBOX_HAS_EXCEPTIONS
@@ -277,7 +369,7 @@ FUSEBOX_RUNTIME_API void thread_pool::shutdown() noexcept {
 }
 
 FUSEBOX_RUNTIME_API thread_pool& shared_pool(unsigned threads) {
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  if (threads == 0) threads = hardware_threads();
   static std::mutex m;
   static std::map<unsigned, std::unique_ptr<thread_pool>> pools;
   std::lock_guard<std::mutex> lock(m);
@@ -285,6 +377,7 @@ FUSEBOX_RUNTIME_API thread_pool& shared_pool(unsigned threads) {
   if (!p) p = std::make_unique<thread_pool>(threads);
   return *p;
 }
+#endif  // FUSEBOX_NO_THREADS
 #endif
 
 }  // namespace fusebox::cpu

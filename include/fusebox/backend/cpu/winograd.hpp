@@ -42,7 +42,8 @@
 //   weight grad           a fixed number of image chunks, each a task summing its images' tiles
 //                         into 64 partial [O, C] products (one fma chain per element, tiles in
 //                         order), then the chunks summed in order and transformed back.
-// Depends on: backend/cpu/conv.hpp (geometry, packing, the micro-kernel product), backend/cpu/thread_pool.hpp.
+// Depends on: backend/cpu/conv.hpp (geometry, packing, the micro-kernel product), backend/cpu/thread_pool.hpp,
+// core/environment.hpp.
 #pragma once
 
 #include <algorithm>
@@ -56,6 +57,7 @@
 
 #include "fusebox/backend/cpu/conv.hpp"
 #include "fusebox/backend/cpu/thread_pool.hpp"
+#include "fusebox/core/environment.hpp"
 #include "fusebox/core/errors.hpp"
 #include "fusebox/core/tensor.hpp"
 #include "fusebox/expr/window.hpp"
@@ -65,7 +67,7 @@ namespace fusebox::cpu {
 /// Whether float convolutions that qualify run by Winograd (on unless FUSEBOX_CONV_WINOGRAD=0).
 inline std::atomic<bool>& conv_winograd_flag() {
   static std::atomic<bool> on{[] {
-    const char* e = std::getenv("FUSEBOX_CONV_WINOGRAD");
+    const char* e = ::fusebox::detail::environment_variable("FUSEBOX_CONV_WINOGRAD");
     return !(e && e[0] == '0' && e[1] == '\0');
   }()};
   return on;
