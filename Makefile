@@ -21,7 +21,7 @@ CMAKE_ARGS ?=
 MAKEFLAGS  += --no-print-directory
 
 DEPS       := libboost-dev libxsimd-dev catch2 zlib1g-dev cmake g++ make
-BENCH_DEPS := $(DEPS) libeigen3-dev libtorch-dev libopenblas-dev
+BENCH_DEPS := $(DEPS) libeigen3-dev libtorch-dev libopenblas-dev libxnnpack-dev libpthreadpool-dev
 # Fashion-MNIST (31 MB, in /usr/share/datasets/fashion-mnist/, where fusebox::data looks first):
 # `make train` needs it, and with it `make test` runs the training example's smoke test
 # (examples.train_fashion_mnist_smoke) instead of skipping it.

@@ -19,7 +19,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -156,10 +158,10 @@ class compiled {
   /// Rollback for this function alone: while disabled, calls run the model eagerly, as under the
   /// global switch (stance force_eager, FUSEBOX_DISABLE=1), counted in counters().rollback_calls
   /// and logged once per switch under FUSEBOX_LOGS=rollback. ab()'s verdict.apply(f) sets it.
-  void disable() noexcept { switch_->disabled.store(true, std::memory_order_relaxed); }
-  void enable() noexcept { switch_->disabled.store(false, std::memory_order_relaxed); }
+  void disable() noexcept { switch_.disabled.store(true, std::memory_order_relaxed); }
+  void enable() noexcept { switch_.disabled.store(false, std::memory_order_relaxed); }
   /// False while disabled (the global switch is rollback_active()).
-  bool enabled() const noexcept { return !switch_->disabled.load(std::memory_order_relaxed); }
+  bool enabled() const noexcept { return !switch_.disabled.load(std::memory_order_relaxed); }
 
   /// Runs the compiled model into caller-owned outputs: no heap allocation in steady state. `out` is
   /// the result's tensor, or for a model of several results std::tie(first, second, ...).
@@ -202,6 +204,29 @@ class compiled {
   template <class... Args>
   static constexpr std::size_t arena_bytes() {
     return program_for<Args...>::arena_bytes;
+  }
+
+  /// Bytes a call with these argument types needs on `threads` threads for its intermediates
+  /// (the arena) and its kernels' scratch (the workspace): what use_memory takes. A compile-time
+  /// constant of static shapes.
+  template <class... Args>
+  static constexpr std::size_t memory_bytes(unsigned threads) {
+    using P = program_for<Args...>;
+    static_assert(P::all_static, "fusebox: compiled::memory_bytes<Args...>(): the arguments have dyn extents; the "
+                                 "run-time path sizes its memory per call (use_memory is for static shapes)");
+    return cpu::fixed_workspace_offset(P::arena_bytes) + P::workspace_bytes(threads);
+  }
+
+  /// Every later call keeps its arena and workspace in `memory` (the caller's: 64-byte aligned,
+  /// at least memory_bytes<Args...>(threads()) bytes for the arguments it will be called with, and
+  /// not used by another call at the same time) instead of memory it allocates. A call that needs
+  /// more is an error naming both sizes. Calls with dyn extents and eager rollbacks still allocate.
+  void use_memory(std::span<std::byte> memory) {
+    if (reinterpret_cast<std::uintptr_t>(memory.data()) % storage_alignment != 0)
+      FUSEBOX_THROW(invalid_argument("fusebox: compiled::use_memory: the memory is not " +
+                                     std::to_string(storage_alignment) + "-byte aligned (alignas(" +
+                                     std::to_string(storage_alignment) + "), or fusebox::static_memory)"));
+    st_.backend_state<backends::cpu_backend>().rt.fixed = memory;
   }
 
   /// The plan for these arguments, kernel by kernel, as the back end the arguments choose runs it
@@ -324,12 +349,12 @@ class compiled {
   template <class... Args>
   bool rolled_back(const Args&... args) {
     if (!eager_only()) {
-      if (switch_->logged.load(std::memory_order_relaxed) != 0) switch_->logged.store(0, std::memory_order_relaxed);
+      if (switch_.logged.load(std::memory_order_relaxed) != 0) switch_.logged.store(0, std::memory_order_relaxed);
       return false;
     }
     jit::counters().rollback_calls.fetch_add(1, std::memory_order_relaxed);
     const int why = detail::disabled_by_environment() ? 1 : current_stance() == stance::force_eager ? 2 : 3;
-    if (jit::enabled(jit::log_category::rollback) && switch_->logged.exchange(why, std::memory_order_relaxed) != why)
+    if (jit::enabled(jit::log_category::rollback) && switch_.logged.exchange(why, std::memory_order_relaxed) != why)
       jit::log(jit::log_category::rollback,
                std::string("a compiled function called with ") + detail::argument_shapes(args...) +
                    " runs its model eagerly: " +
@@ -451,7 +476,7 @@ class compiled {
 
   template <class... Args>
   auto capture(std::vector<detail::break_record>* breaks, const Args&... args) {
-    detail::capture_context ctx{st_.opts.fullgraph, breaks, st_.backend_state<backends::cpu_backend>().rt.get(),
+    detail::capture_context ctx{st_.opts.fullgraph, breaks, &st_.backend_state<backends::cpu_backend>().rt,
                                 (cuda::is_tensor_v<Args> || ...)};
     detail::capture_scope scope(&ctx);
     auto roots = [&]<std::size_t... I>(std::index_sequence<I...>) {
@@ -469,15 +494,36 @@ class compiled {
                                      ", the model produces " + to_string(want) + " (contiguous)"));
   }
 
-  /// compiled::disable(): a heap object so a compiled function stays movable.
+  /// compiled::disable()'s switch: atomics (one thread may disable while another calls), moved
+  /// by value so that a compiled function stays movable and allocates nothing when it is made.
   struct switch_state {
     std::atomic<bool> disabled{false};
     std::atomic<int> logged{0};  // the reason last logged (rolled_back), 0 after a compiled call
+    switch_state() = default;
+    switch_state(switch_state&& o) noexcept
+        : disabled(o.disabled.load(std::memory_order_relaxed)), logged(o.logged.load(std::memory_order_relaxed)) {}
+    switch_state& operator=(switch_state&& o) noexcept {
+      disabled.store(o.disabled.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      logged.store(o.logged.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      return *this;
+    }
   };
 
   Model model_;
   pipeline::function_state st_;
-  std::unique_ptr<switch_state> switch_ = std::make_unique<switch_state>();
+  switch_state switch_;
+};
+
+/// Memory for one compiled function's calls with arguments Args... on at most Threads threads,
+/// its size fixed at compile time (compiled::memory_bytes), for compiled::use_memory: held where
+/// the program likes (a global, a member beside the function), so that no call allocates.
+///   static fb::static_memory<decltype(f), 1, decltype(x), decltype(w)> memory;
+///   f.use_memory(memory.span());
+template <class Compiled, unsigned Threads, class... Args>
+struct static_memory {
+  static constexpr std::size_t size = Compiled::template memory_bytes<Args...>(Threads);
+  alignas(storage_alignment) std::byte bytes[size > 0 ? size : 1];
+  std::span<std::byte> span() noexcept { return {bytes, size}; }
 };
 
 /// Clears the in-memory kernel cache and the CPU autotune winners held in memory, zeroes the

@@ -5,8 +5,10 @@
 # With -DEDGE=ON (the edge configuration, issue 23: tests/edge/edge.cmake) it also fails on
 # exception-handling code (a throw, a catch, the personality routine unwinding needs), on threads
 # started (std::thread, pthread_create) and on reads of the environment (getenv).
-#   cmake -DPROGRAM=<binary> -DNM=<nm> [-DEDGE=ON] -P check-static-symbols.cmake
-execute_process(COMMAND "${PROGRAM}" RESULT_VARIABLE run_status OUTPUT_VARIABLE run_out ERROR_VARIABLE run_err)
+# A cross-compiled PROGRAM runs through EMULATOR (its arguments separated by '|': qemu-aarch64|-L|<root>).
+#   cmake -DPROGRAM=<binary> -DNM=<nm> [-DEDGE=ON] [-DEMULATOR=<command>] -P check-static-symbols.cmake
+string(REPLACE "|" ";" emulator "${EMULATOR}")
+execute_process(COMMAND ${emulator} "${PROGRAM}" RESULT_VARIABLE run_status OUTPUT_VARIABLE run_out ERROR_VARIABLE run_err)
 if(NOT run_status EQUAL 0)
   message(FATAL_ERROR "${PROGRAM} failed (${run_status}):\n${run_out}\n${run_err}")
 endif()

@@ -30,15 +30,8 @@ if(NOT FORM)
   set(FORM package)
 endif()
 
-function(run_step what)
-  execute_process(COMMAND ${ARGN}
-    RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE out)
-  if(NOT result EQUAL 0)
-    string(REPLACE ";" " " command "${ARGN}")
-    message(FATAL_ERROR "install_and_consume (${FORM}): ${what} failed (${result})\n  ${command}\n${out}")
-  endif()
-  set(step_output "${out}" PARENT_SCOPE)
-endfunction()
+set(run_step_context "install_and_consume (${FORM})")
+include("${CMAKE_CURRENT_LIST_DIR}/run-step.cmake")
 
 function(cache_value build_dir name out_var)
   file(STRINGS "${build_dir}/CMakeCache.txt" line REGEX "^${name}:")

@@ -406,26 +406,76 @@ void on_callers_pool() {
 std::jmp_buf after_error;
 char error_message[512];
 
-void bad_input() {
+/// The message of the error `call` raises ("" if none).
+template <class Call>
+std::string message_of(Call&& call) {
   fb::set_error_handler([](const std::exception& e) {
     std::snprintf(error_message, sizeof error_message, "%s", e.what());
     std::longjmp(after_error, 1);
   });
-  // Each call below is an error; the message it raised is checked for the op and the shapes.
-  auto message_of = [](auto&& call) {
-    error_message[0] = '\0';
+  error_message[0] = '\0';
 #if FUSEBOX_HAS_EXCEPTIONS
-    try {
-      call();
-    } catch (const fb::error& e) {
-      std::snprintf(error_message, sizeof error_message, "%s", e.what());
-    }
+  try {
+    call();
+  } catch (const fb::error& e) {
+    std::snprintf(error_message, sizeof error_message, "%s", e.what());
+  }
 #else
-    if (setjmp(after_error) == 0) call();
+  if (setjmp(after_error) == 0) call();
 #endif
-    std::printf("     the error: %s\n", error_message);
-    return std::string(error_message);
-  };
+  fb::set_error_handler(nullptr);
+  std::printf("     the error: %s\n", error_message);
+  return std::string(error_message);
+}
+
+// Nothing allocated at all: the tensors over the program's own arrays (one of them 4 bytes past
+// a cache line), the compiled function's memory in a static_memory, counted from before compile().
+alignas(64) float own_x[16 * 32 + 1];
+alignas(64) float own_w[32 * 24];
+alignas(64) float own_b[24];
+alignas(64) float own_out[16 * 24];
+
+void nothing_allocated() {
+  const long before = heap_allocations.load();
+  auto x = fb::tensor<float, fb::shape<16, 32>>::over(own_x + 1);
+  auto w = fb::tensor<float, fb::shape<32, 24>>::over(own_w);
+  auto b = fb::tensor<float, fb::shape<24>>::over(own_b);
+  auto out = fb::tensor<float, fb::shape<16, 24>>::over(own_out);
+  x.fill_random(91, -1.0f, 1.0f);
+  w.fill_random(92, -0.5f, 0.5f);
+  b.fill_random(93, -1.0f, 1.0f);
+  auto f = fb::compile([](auto x, auto w, auto b) { return fb::softmax(fb::gelu(fb::matmul(x, w) + b)); });
+  static fb::static_memory<decltype(f), 1, decltype(x), decltype(w), decltype(b)> memory;
+  f.use_memory(memory.span());
+  for (int i = 0; i < 3; ++i) f.run(out, x, w, b);
+  const long allocations = heap_allocations.load() - before;
+
+  const product<16, 32, 24> p(x.data(), w.data());
+  check_all("in the caller's memory: softmax(gelu(x@w + b)), x not 64-byte aligned", out, [&](std::size_t i) {
+    const std::size_t r = i / 24;
+    double den = 0;
+    for (std::size_t j = 0; j < 24; ++j) den += std::exp(gelu(p.value[r * 24 + j] + b.data()[j]));
+    return std::exp(gelu(p.value[i] + b.data()[i % 24])) / den;
+  }, 1e-5);
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "nothing allocated: tensors over, compile(), use_memory (%zu bytes) and three calls made %ld "
+                "allocations",
+                memory.size, allocations);
+  check(line, allocations == 0 && f.threads() == 1);
+
+  // Memory too small for the call: an error naming both sizes, and nothing written to out.
+  const float kept = out.data()[7];
+  f.use_memory(memory.span().first(memory.size / 2));
+  const std::string msg = message_of([&] { f.run(out, x, w, b); });
+  check("use_memory with half the bytes: the call is an error naming both sizes",
+        msg.find("use_memory") != std::string::npos &&
+            msg.find(std::to_string(memory.size / 2) + " bytes") != std::string::npos &&
+            msg.find("needs " + std::to_string(memory.size)) != std::string::npos && out.data()[7] == kept);
+}
+
+void bad_input() {
+  // Each call below is an error; the message it raised is checked for the op and the shapes.
   fb::tensor<float, fb::shape<6, 4>> x;
   x.fill_random(71);
   std::string msg = message_of([&] { (void)x.at(6, 0); });
@@ -438,7 +488,6 @@ void bad_input() {
   check("bad input: reshape of [6, 4] to [5, 5] names the op, both shapes and the caller's line",
         msg.find("reshape") != std::string::npos && msg.find("[6, 4]") != std::string::npos &&
             msg.find("[5, 5]") != std::string::npos && msg.find("static_models.cpp:") != std::string::npos);
-  fb::set_error_handler(nullptr);
 }
 
 }  // namespace
@@ -460,6 +509,7 @@ int main() {
   conv_and_pool();
   t2_cnn_forward();
   on_callers_pool();
+  nothing_allocated();
   bad_input();
   std::printf("%d of %d checks passed\n", checks - failures, checks);
   return failures == 0 ? 0 : 1;

@@ -32,10 +32,11 @@ struct cpu_backend {
   template <class T, class S>
   using tensor = fusebox::tensor<T, S>;
 
-  /// The thread pool, and the arena and workspace a call reuses.
+  /// The thread pool, and the arena and workspace a call reuses (held by value: a compiled
+  /// function allocates nothing when it is made).
   struct state {
-    std::unique_ptr<cpu::runtime> rt = std::make_unique<cpu::runtime>();
-    unsigned threads() const { return rt->pool->size(); }
+    cpu::runtime rt;
+    unsigned threads() const { return rt.pool->size(); }
   };
 
   /// A program whose extents are all static was instantiated with the translation unit.
@@ -44,7 +45,7 @@ struct cpu_backend {
 
   template <class Prog, class Outs>
   static void run_static(typename Prog::frame_t& f, Outs& outs, state& s, const options&) {
-    cpu::bind_and_run<Prog>(f, outs, *s.rt);
+    cpu::bind_and_run<Prog>(f, outs, s.rt);
   }
 
   /// One call of run-time program e.prog at the call's node shapes e.concrete.
@@ -53,7 +54,7 @@ struct cpu_backend {
                           const options&, bool) {
     using Prog = typename D::prog_type;
     cpu::bind_outputs<Prog>(f, outs);
-    D::execute(*e.prog, f, e.concrete, *s.rt);
+    D::execute(*e.prog, f, e.concrete, s.rt);
     cpu::copy_repeated_outputs<Prog>(outs);
   }
 

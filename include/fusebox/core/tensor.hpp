@@ -164,6 +164,16 @@ class tensor {
     allocate(d);
   }
 
+  /// A static-shape tensor over memory the caller owns (contiguous, row-major; any alignment, 64
+  /// bytes as fusebox's own storage is keeps vector loads within cache lines): nothing is
+  /// allocated, nothing is freed, and the caller keeps the memory alive while the tensor and its
+  /// views are used. For programs that allocate nothing (edge builds):
+  ///   alignas(64) static float w_data[512 * 10];
+  ///   auto w = tensor<float, shape<512, 10>>::over(w_data);
+  static tensor over(T* data) requires(Shape::is_static) {
+    return tensor(storage_ptr{}, data, dims_of(Shape{}), contiguous_strides(dims_of(Shape{})));
+  }
+
   /// A view over storage owned elsewhere (what transpose/slice/reshape return).
   tensor(storage_ptr owner, T* data, const dims& d, const strides_t& s) : owner_(std::move(owner)) {
     view_.data = data;

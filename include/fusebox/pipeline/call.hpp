@@ -51,7 +51,7 @@ class function_state {
  public:
   explicit function_state(options o) : opts(o) {
     if (opts.pool) caller_pool_ = std::make_shared<cpu::thread_pool>(*opts.pool);
-    backend_state<backends::cpu_backend>().rt->pool =
+    backend_state<backends::cpu_backend>().rt.pool =
         caller_pool_ ? caller_pool_.get() : &cpu::shared_pool(opts.threads ? opts.threads : default_threads());
   }
 

@@ -6,12 +6,14 @@
 #include <array>
 #include <cstddef>
 #include <cstdlib>
+#include <span>
 #include <string>
 #include <tuple>
 #include <utility>
 
 #include "fusebox/backend/cpu/executor.hpp"
 #include "fusebox/backend/cpu/report.hpp"
+#include "fusebox/core/errors.hpp"
 #include "fusebox/core/storage.hpp"
 #include "fusebox/core/tensor.hpp"
 #include "fusebox/profile.hpp"
@@ -36,12 +38,18 @@ class buffer {
   std::size_t size_ = 0;
 };
 
-/// What a call runs with: threads, and memory that outlives the call.
+/// What a call runs with: threads, and memory that outlives the call. `fixed` (compiled::
+/// use_memory) is the caller's memory for static programs: the arena at its start, the workspace
+/// after it (64-byte aligned); the buffers are then never grown.
 struct runtime {
   thread_pool* pool = nullptr;
   buffer arena;
   buffer workspace;
+  std::span<std::byte> fixed;
 };
+
+/// Offset of the workspace in a runtime's fixed memory: the arena, rounded up to 64 bytes.
+constexpr std::size_t fixed_workspace_offset(std::size_t arena_bytes) { return (arena_bytes + 63) / 64 * 64; }
 
 namespace detail {
 template <class T>
@@ -141,13 +149,26 @@ template <class Program, class Outs>
 void bind_and_run(typename Program::frame_t& f, Outs& outs, runtime& rt) {
   bind_outputs<Program>(f, outs);
   f.pool = rt.pool;
-  f.arena = rt.arena.ensure(Program::arena_bytes);
+  const bool fixed = rt.fixed.data() != nullptr;
+  f.arena = fixed ? rt.fixed.data() : rt.arena.ensure(Program::arena_bytes);
   Program::bind_intermediates(f);
   Program::number_values(f);
   const std::size_t ws = Program::all_static ? Program::workspace_bytes(rt.pool->size())
                                              : Program::workspace_bytes(rt.pool->size(), f);
-  f.workspace = rt.workspace.ensure(ws);
-  f.workspace_bytes = rt.workspace.size();
+  if (fixed) {
+    const std::size_t at = fixed_workspace_offset(Program::arena_bytes);
+    if (at + ws > rt.fixed.size())
+      FUSEBOX_THROW(invalid_argument("fusebox: compiled::use_memory: the memory given holds " +
+                                     std::to_string(rt.fixed.size()) + " bytes; this call needs " + std::to_string(at + ws) +
+                                     " (arena " + std::to_string(Program::arena_bytes) + ", workspace " + std::to_string(ws) +
+                                     " on " + std::to_string(rt.pool->size()) +
+                                     " threads): give it memory_bytes<Args...>(threads()) bytes for these arguments"));
+    f.workspace = rt.fixed.data() + at;
+    f.workspace_bytes = rt.fixed.size() - at;
+  } else {
+    f.workspace = rt.workspace.ensure(ws);
+    f.workspace_bytes = rt.workspace.size();
+  }
   if (profile::active()) run_named<Program>(f);
   else Program::run(f);
   copy_repeated_outputs<Program>(outs);
