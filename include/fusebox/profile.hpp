@@ -60,8 +60,12 @@ namespace detail {
 
 using clock = std::chrono::steady_clock;
 
+/// Whether recording is on. Kept apart from the recorder, which is made on first use: every
+/// compiled call asks, and a program that never profiles must not allocate for the answer (edge
+/// builds allocate nothing after start, issue 23).
+inline std::atomic<bool> recording{false};
+
 struct recorder {
-  std::atomic<bool> active{false};
   std::atomic<std::uint64_t> session{0};  // bumped by start(): spans never cross sessions
   std::mutex mutex;                       // guards everything below
   clock::time_point epoch{};
@@ -162,14 +166,14 @@ inline void start() {
   r.dropped = 0;
   r.epoch = detail::clock::now();
   r.session.fetch_add(1, std::memory_order_relaxed);
-  r.active.store(true, std::memory_order_release);
+  detail::recording.store(true, std::memory_order_release);
 }
 
 /// Stops recording; the events stay until the next start() or clear().
-inline void stop() { detail::state().active.store(false, std::memory_order_release); }
+inline void stop() { detail::recording.store(false, std::memory_order_release); }
 
 inline bool active() noexcept {
-  return detail::state().active.load(std::memory_order_relaxed);
+  return detail::recording.load(std::memory_order_relaxed);
 }
 
 /// Drops every recorded event (recording state unchanged).
@@ -196,13 +200,13 @@ inline std::uint64_t dropped() {
 /// A point event ("disk hit", "guard failed").
 inline void instant(std::string_view name, std::string_view category = "fusebox",
                     std::string_view info = {}) {
+  if (!detail::recording.load(std::memory_order_relaxed)) return;
   auto& r = detail::state();
-  if (!r.active.load(std::memory_order_relaxed)) return;
   const auto now = detail::clock::now();
   event e{std::string(name), std::string(category), std::string(info), 0, 0,
           detail::thread_number(), true};
   std::lock_guard lock(r.mutex);
-  if (!r.active.load(std::memory_order_relaxed)) return;
+  if (!detail::recording.load(std::memory_order_relaxed)) return;
   if (r.events.size() >= max_events) {
     ++r.dropped;
     return;
@@ -214,11 +218,11 @@ inline void instant(std::string_view name, std::string_view category = "fusebox"
 /// Records a span whose duration was measured elsewhere (a kernel's device time from CUDA
 /// events): it ends now and lasted `duration_us`.
 inline void add_span(std::string_view name, std::string_view category, double duration_us, std::string_view info = {}) {
+  if (!detail::recording.load(std::memory_order_relaxed)) return;
   auto& r = detail::state();
-  if (!r.active.load(std::memory_order_relaxed)) return;
   const auto now = detail::clock::now();
   std::lock_guard lock(r.mutex);
-  if (!r.active.load(std::memory_order_relaxed)) return;
+  if (!detail::recording.load(std::memory_order_relaxed)) return;
   if (r.events.size() >= max_events) {
     ++r.dropped;
     return;
@@ -277,9 +281,8 @@ class scoped_span {
  public:
   explicit scoped_span(std::string_view name, std::string_view category = "fusebox",
                        std::string_view info = {}) {
-    auto& r = detail::state();
-    if (!r.active.load(std::memory_order_relaxed)) return;
-    session_ = r.session.load(std::memory_order_relaxed);
+    if (!detail::recording.load(std::memory_order_relaxed)) return;
+    session_ = detail::state().session.load(std::memory_order_relaxed);
     name_ = name;
     category_ = category;
     detail_ = info;
@@ -306,7 +309,7 @@ class scoped_span {
     const auto end = detail::clock::now();
     auto& r = detail::state();
     std::lock_guard lock(r.mutex);
-    if (!r.active.load(std::memory_order_relaxed) ||
+    if (!detail::recording.load(std::memory_order_relaxed) ||
         r.session.load(std::memory_order_relaxed) != session_)
       return;
     if (r.events.size() >= max_events) {

@@ -2,14 +2,17 @@
 // every kind an edge build runs (elementwise chains, reductions, matmul with its epilogues,
 // softmax and layer_norm, convolution and pooling, the T2 CNN's forward pass), compiled from
 // <fusebox/cpu.hpp> alone, checked element by element against naive double-precision references
-// on fresh random inputs; then that a warm call allocates nothing, and that bad input reaches the
-// error handler with a message naming the op and the shapes.
+// on fresh random inputs; then that nothing is allocated (from start, or once warm), a model on
+// the caller's pool, checkpoints read from memory, and that bad input reaches the error handler
+// with a message naming the op and the shapes.
 //
 // It builds without exceptions and RTTI (-fno-exceptions -fno-rtti) and without a test framework,
 // so the same source runs on this machine (CTest edge.static_models) and cross-compiled for
 // aarch64 under qemu-aarch64 (CTest label aarch64: tests/edge/CMakeLists.txt). Exit status 0 when
 // every check passed; each failure prints the model, the element, the value and the reference.
 #include <fusebox/cpu.hpp>
+#include <fusebox/io/safetensors.hpp>
+#include <fusebox/nn/parameters.hpp>
 
 #include <atomic>
 #include <cmath>
@@ -429,39 +432,65 @@ std::string message_of(Call&& call) {
 }
 
 // Nothing allocated at all: the tensors over the program's own arrays (one of them 4 bytes past
-// a cache line), the compiled function's memory in a static_memory, counted from before compile().
-alignas(64) float own_x[16 * 32 + 1];
+// a cache line), the compiled function's memory in a static_memory, counted from before compile()
+// in a process that has run nothing else (main calls this first: what a first call sets up once,
+// such as the profiler's state, would be missed after other models ran).
+alignas(64) float own_img[2 * 3 * 10 * 10 + 1];
+alignas(64) float own_k[4 * 3 * 3 * 3];
+alignas(64) float own_x[16 * 32];
 alignas(64) float own_w[32 * 24];
 alignas(64) float own_b[24];
+alignas(64) float own_pooled[2 * 4 * 4 * 4];
 alignas(64) float own_out[16 * 24];
 
 void nothing_allocated() {
   const long before = heap_allocations.load();
-  auto x = fb::tensor<float, fb::shape<16, 32>>::over(own_x + 1);
+  auto img = fb::tensor<float, fb::shape<2, 3, 10, 10>>::over(own_img + 1);
+  auto k = fb::tensor<float, fb::shape<4, 3, 3, 3>>::over(own_k);
+  auto x = fb::tensor<float, fb::shape<16, 32>>::over(own_x);
   auto w = fb::tensor<float, fb::shape<32, 24>>::over(own_w);
   auto b = fb::tensor<float, fb::shape<24>>::over(own_b);
+  auto pooled = fb::tensor<float, fb::shape<2, 4, 4, 4>>::over(own_pooled);
   auto out = fb::tensor<float, fb::shape<16, 24>>::over(own_out);
+  img.fill_random(90, -1.0f, 1.0f);
+  k.fill_random(94, -0.5f, 0.5f);
   x.fill_random(91, -1.0f, 1.0f);
   w.fill_random(92, -0.5f, 0.5f);
   b.fill_random(93, -1.0f, 1.0f);
   auto f = fb::compile([](auto x, auto w, auto b) { return fb::softmax(fb::gelu(fb::matmul(x, w) + b)); });
+  auto g = fb::compile([](auto img, auto k) { return fb::max_pool2d<2>(fb::relu(fb::conv2d(img, k))); });
   static fb::static_memory<decltype(f), 1, decltype(x), decltype(w), decltype(b)> memory;
+  static fb::static_memory<decltype(g), 1, decltype(img), decltype(k)> conv_memory;
   f.use_memory(memory.span());
-  for (int i = 0; i < 3; ++i) f.run(out, x, w, b);
+  g.use_memory(conv_memory.span());
+  for (int i = 0; i < 3; ++i) {
+    f.run(out, x, w, b);
+    g.run(pooled, img, k);
+  }
   const long allocations = heap_allocations.load() - before;
 
   const product<16, 32, 24> p(x.data(), w.data());
-  check_all("in the caller's memory: softmax(gelu(x@w + b)), x not 64-byte aligned", out, [&](std::size_t i) {
+  check_all("in the caller's memory: softmax(gelu(x@w + b))", out, [&](std::size_t i) {
     const std::size_t r = i / 24;
     double den = 0;
     for (std::size_t j = 0; j < 24; ++j) den += std::exp(gelu(p.value[r * 24 + j] + b.data()[j]));
     return std::exp(gelu(p.value[i] + b.data()[i % 24])) / den;
   }, 1e-5);
+  const conv_ref cr{2, 3, 10, 10, 4, 3, 0};
+  check_all("in the caller's memory: max_pool2d(relu(conv2d)), the image not 64-byte aligned", pooled,
+            [&](std::size_t e) {
+              const std::size_t n = e / 64, o = e / 16 % 4, i = e / 4 % 4, j = e % 4;
+              double best = 0;  // relu, then the max of the window
+              for (std::size_t d = 0; d < 4; ++d)
+                best = std::max(best, cr.at(img.data(), k.data(), nullptr, n, o, 2 * i + d / 2, 2 * j + d % 2, nullptr));
+              return best;
+            },
+            1e-5);
   char line[200];
   std::snprintf(line, sizeof line,
-                "nothing allocated: tensors over, compile(), use_memory (%zu bytes) and three calls made %ld "
-                "allocations",
-                memory.size, allocations);
+                "nothing allocated: tensors over, two compile()s, use_memory (%zu and %zu bytes) and three calls each "
+                "made %ld allocations",
+                memory.size, conv_memory.size, allocations);
   check(line, allocations == 0 && f.threads() == 1);
 
   // Memory too small for the call: an error naming both sizes, and nothing written to out.
@@ -472,6 +501,47 @@ void nothing_allocated() {
         msg.find("use_memory") != std::string::npos &&
             msg.find(std::to_string(memory.size / 2) + " bytes") != std::string::npos &&
             msg.find("needs " + std::to_string(memory.size)) != std::string::npos && out.data()[7] == kept);
+}
+
+/// A safetensors checkpoint in memory, as an edge program reads one (no std::filesystem): F32
+/// tensors "a" of shape a_shape and "b" of shape b_shape, element i of the buffer = i + 0.5.
+std::vector<std::byte> checkpoint(const std::string& a_shape, std::size_t a_count, const std::string& b_shape,
+                                  std::size_t b_count) {
+  std::string header = "{\"a\":{\"dtype\":\"F32\",\"shape\":" + a_shape + ",\"data_offsets\":[0," +
+                       std::to_string(4 * a_count) + "]},\"b\":{\"dtype\":\"F32\",\"shape\":" + b_shape +
+                       ",\"data_offsets\":[" + std::to_string(4 * a_count) + "," +
+                       std::to_string(4 * (a_count + b_count)) + "]}}";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::vector<std::byte> bytes(8 + header.size() + 4 * (a_count + b_count));
+  for (std::size_t i = 0; i < 8; ++i) bytes[i] = static_cast<std::byte>((header.size() >> (8 * i)) & 0xFF);
+  std::memcpy(bytes.data() + 8, header.data(), header.size());
+  for (std::size_t i = 0; i < a_count + b_count; ++i) {
+    const float v = static_cast<float>(i) + 0.5f;  // little-endian on both machines this runs on
+    std::memcpy(bytes.data() + 8 + header.size() + 4 * i, &v, 4);
+  }
+  return bytes;
+}
+
+void checkpoints() {
+  fb::tensor<float, fb::shape<2, 3>> a;
+  fb::tensor<float, fb::shape<4>> b;
+  fb::nn::parameter_list<float> params;
+  params.add("a", a);
+  params.add("b", b);
+  fb::io::load_safetensors(fb::io::parse_safetensors(checkpoint("[2,3]", 6, "[4]", 4), "good.safetensors"),
+                           "good.safetensors", params);
+  check("a checkpoint read from memory loads every tensor", a(1, 2) == 5.5f && b(3) == 9.5f);
+  // "b" is [5] in this file: an error naming the tensor and both shapes, and "a", which fits, is
+  // not written either.
+  a.fill_random(99);
+  const float kept = a(0, 1);
+  const std::string msg = message_of([&] {
+    fb::io::load_safetensors(fb::io::parse_safetensors(checkpoint("[2,3]", 6, "[5]", 5), "bad.safetensors"),
+                             "bad.safetensors", params);
+  });
+  check("a checkpoint whose tensor does not fit: an error naming it and both shapes, nothing loaded",
+        msg.find("'b'") != std::string::npos && msg.find("[5]") != std::string::npos &&
+            msg.find("[4]") != std::string::npos && a(0, 1) == kept);
 }
 
 void bad_input() {
@@ -502,6 +572,7 @@ int main() {
               "another architecture"
 #endif
   );
+  nothing_allocated();  // first: see its comment
   elementwise();
   reductions();
   matmul_epilogues();
@@ -509,7 +580,7 @@ int main() {
   conv_and_pool();
   t2_cnn_forward();
   on_callers_pool();
-  nothing_allocated();
+  checkpoints();
   bad_input();
   std::printf("%d of %d checks passed\n", checks - failures, checks);
   return failures == 0 ? 0 : 1;

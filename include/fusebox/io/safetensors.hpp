@@ -9,6 +9,8 @@
 //
 //   io::save_safetensors("mlp.safetensors", model.parameters());
 //   io::load_safetensors("mlp.safetensors", model.parameters());   // into the model's tensors
+//   io::load_safetensors(io::parse_safetensors(bytes, "mlp.safetensors"), "mlp.safetensors", params);
+//                                                  // from bytes the program read itself (edge builds)
 //
 // Reading checks everything before it copies anything: the length word against the file size
 // (and a 100 MB cap on the header, the reference's), JSON syntax, each entry's dtype (F64, F32,
@@ -29,7 +31,9 @@
 #include <fstream>
 #include <map>
 #include <source_location>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -102,23 +106,21 @@ inline double element(const std::string& dtype, const std::byte* p, std::size_t 
 
 }  // namespace detail
 
-/// Parses and validates a safetensors file (see the header comment for the checks).
-inline safetensors_file read_safetensors(const std::filesystem::path& path) {
-  const std::string file = "safetensors file '" + path.string() + "'";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) FUSEBOX_THROW(invalid_argument(file + ": cannot be opened"));
-  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+/// Parses and validates a safetensors file's bytes (see the header comment for the checks);
+/// `file` names them in errors. For programs that read the file themselves (an edge build links
+/// no std::filesystem) or hold it in memory.
+inline safetensors_file parse_safetensors(std::span<const std::byte> bytes, const std::string& file) {
   const std::size_t size = bytes.size();
   if (size < 8)
     FUSEBOX_THROW(invalid_argument(file + ": " + std::to_string(size) + " bytes, too short for the 8-byte header length"));
-  const auto n = detail::load_le<std::uint64_t>(reinterpret_cast<const std::byte*>(bytes.data()));
+  const auto n = detail::load_le<std::uint64_t>(bytes.data());
   if (n > 100'000'000)
     FUSEBOX_THROW(invalid_argument(file + ": the header length word says " + std::to_string(n) +
                                    " bytes, above the format's 100000000-byte cap (not a safetensors file?)"));
   if (n > size - 8)
     FUSEBOX_THROW(invalid_argument(file + ": the header length word says " + std::to_string(n) + " bytes, but only " +
                                    std::to_string(size - 8) + " follow it (truncated file?)"));
-  const std::string_view header(bytes.data() + 8, n);
+  const std::string_view header(reinterpret_cast<const char*>(bytes.data()) + 8, n);
   if (n == 0 || header[0] != '{')
     FUSEBOX_THROW(invalid_argument(file + ": the header does not start with '{' (not a safetensors file?)"));
   const json doc = parse_json(header, file + " header");
@@ -187,6 +189,15 @@ inline safetensors_file read_safetensors(const std::filesystem::path& path) {
   out.data.resize(data_size);
   std::memcpy(out.data.data(), bytes.data() + 8 + n, data_size);
   return out;
+}
+
+/// Reads and parses a safetensors file.
+inline safetensors_file read_safetensors(const std::filesystem::path& path) {
+  const std::string file = "safetensors file '" + path.string() + "'";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) FUSEBOX_THROW(invalid_argument(file + ": cannot be opened"));
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_safetensors(std::as_bytes(std::span<const char>(bytes)), file);
 }
 
 /// Writes the parameters (in list order) as F32 (float) or F64 (double), with `metadata`.
