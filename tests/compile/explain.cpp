@@ -99,3 +99,20 @@ TEST_CASE("explain() on the run-time path: the selected specialisation's kernels
   CHECK(contains(fb::explain_text(model, fb::options{.mode = fb::mode::reduce_overhead}, x, w),
                  "modes on the CPU:\n  default_"));
 }
+
+TEST_CASE("explain() names the algorithm each convolution runs by: Winograd where it applies, im2col + gemm elsewhere",
+          "[compile][explain]") {
+  // The T2 CNN's two layers at batch 1: the second (32 -> 64 channels, 5x5) qualifies for
+  // Winograd F(4x4, 5x5), which the CPU takes by default; the first (one input channel) does not.
+  auto model = [](auto x, auto w1, auto w2) { return fb::conv2d(fb::max_pool2d<2>(fb::conv2d(x, w1)), w2); };
+  fb::tensor<float, fb::shape<1, 1, 28, 28>> x;
+  fb::tensor<float, fb::shape<32, 1, 5, 5>> w1;
+  fb::tensor<float, fb::shape<64, 32, 5, 5>> w2;
+  x.fill_random(1);
+  w1.fill_random(2);
+  w2.fill_random(3);
+  const std::string plan = fb::explain_text(model, x, w1, w2);
+  INFO(plan);
+  CHECK(contains(plan, "[1, 1, 28, 28], [32, 1, 5, 5] -> [1, 32, 24, 24], stride 1x1, padding 0x0; im2col + gemm"));
+  CHECK(contains(plan, "[1, 32, 12, 12], [64, 32, 5, 5] -> [1, 64, 8, 8], stride 1x1, padding 0x0; Winograd F(4x4, 5x5)"));
+}

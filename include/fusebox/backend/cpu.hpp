@@ -78,8 +78,8 @@ struct cpu_backend {
         case plan::kernel_kind::reduce_cols: return "generated: " + p.kernels[k].summary + threads;
         case plan::kernel_kind::matmul:
         case plan::kernel_kind::spatial:
-          return "on the host" + (kn.group >= 0 ? ", generated epilogue: " + p.kernels[k].summary : std::string()) +
-                 threads;
+          return cpu::conv_algorithm<T>(concrete, kn) + "on the host" +
+                 (kn.group >= 0 ? ", generated epilogue: " + p.kernels[k].summary : std::string()) + threads;
         default: return "on the host" + threads;
       }
     };

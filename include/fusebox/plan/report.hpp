@@ -209,10 +209,7 @@ FUSEBOX_RUNTIME_API std::string describe_kernels(std::span<const ir::node> nodes
       loop = std::string(n.desc.name) + " " + to_string(nodes[n.inputs[0]].desc.shape) +
              (n.n_inputs == 2 ? ", " + to_string(nodes[n.inputs[1]].desc.shape) : std::string()) + " -> " +
              to_string(n.desc.shape) + ", stride " + std::to_string(w.sh) + "x" + std::to_string(w.sw) + ", padding " +
-             std::to_string(w.ph) + "x" + std::to_string(w.pw) +
-             (w.op == spatial_op::conv2d || w.op == spatial_op::conv2d_input_grad || w.op == spatial_op::conv2d_weight_grad
-                  ? ", im2col + gemm"
-                  : "");
+             std::to_string(w.ph) + "x" + std::to_string(w.pw);  // the algorithm is the back end's to say
     } else if (kn.kind == plan::kernel_kind::opaque) {
       loop = "host call";
     } else if (kn.kind == plan::kernel_kind::attention) {

@@ -41,22 +41,26 @@ constexpr std::size_t spatial_workspace_bytes(const window& win, const dims& a, 
   }
 }
 
-/// Whether this call of a convolution runs by Winograd (the shapes qualify and it is on).
+/// Whether a convolution (or gradient) of these extents runs by Winograd when it is on (the
+/// shapes qualify): the rule runs_winograd applies per call, and explain() reports.
 template <class T>
-bool runs_winograd(const window& win, const strided<T>& a, const strided<T>& b, const strided<T>& out) {
+bool winograd_applies(const window& win, const dims& a, const dims& b, const dims& out) {
   if constexpr (!std::is_same_v<T, float>) {
     return false;
   } else {
-    if (!conv_winograd()) return false;
     switch (win.op) {
-      case spatial_op::conv2d: return winograd::applies<T>(win.op, detail::conv_geometry_of(win, a.shape, b.shape, out.shape));
-      case spatial_op::conv2d_input_grad:
-        return winograd::applies<T>(win.op, detail::conv_geometry_of(win, out.shape, b.shape, a.shape));
-      case spatial_op::conv2d_weight_grad:
-        return winograd::applies<T>(win.op, detail::conv_geometry_of(win, b.shape, out.shape, a.shape));
+      case spatial_op::conv2d: return winograd::applies<T>(win.op, detail::conv_geometry_of(win, a, b, out));
+      case spatial_op::conv2d_input_grad: return winograd::applies<T>(win.op, detail::conv_geometry_of(win, out, b, a));
+      case spatial_op::conv2d_weight_grad: return winograd::applies<T>(win.op, detail::conv_geometry_of(win, b, out, a));
       default: return false;
     }
   }
+}
+
+/// Whether this call of a convolution runs by Winograd (the shapes qualify and it is on).
+template <class T>
+bool runs_winograd(const window& win, const strided<T>& a, const strided<T>& b, const strided<T>& out) {
+  return conv_winograd() && winograd_applies<T>(win, a.shape, b.shape, out.shape);
 }
 
 namespace detail {
