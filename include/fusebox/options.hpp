@@ -39,9 +39,6 @@ struct options {
   bool error_on_recompile = false;
   bool fast_math = false;
   unsigned threads = 0;  ///< 0: fusebox::default_threads()
-  /// The caller's own thread pool for this function's CPU work, in place of fusebox's (threads is
-  /// then ignored); it must outlive the compiled function. See cpu::external_pool.
-  const cpu::external_pool* pool = nullptr;
   /// reduce_overhead: CUDA graphs kept per compiled function (one per call signature: extents,
   /// addresses), least recently used dropped first. See compiled::cudagraph_sizes.
   unsigned cudagraph_cap = 16;
@@ -53,6 +50,11 @@ struct options {
   /// compiled program's type, so give it as a template argument:
   /// compile<options{.activation_memory_budget = 0.5f}>(vg).
   float activation_memory_budget = 1.0f;
+  /// The caller's own thread pool for this function's CPU work, in place of fusebox's (threads is
+  /// then ignored); it must outlive the compiled function. See cpu::external_pool. Last: nvcc
+  /// writes an options template argument back out positionally and leaves a null pointer member
+  /// out, which shifted the members after it (tests/cuda/static_nvcc.cu).
+  const cpu::external_pool* pool = nullptr;
 };
 
 namespace detail {
