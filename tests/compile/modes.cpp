@@ -248,6 +248,18 @@ TEST_CASE("max_autotune: a static rows kernel takes a timed task split, equal to
   const auto d = fb::compile(model, fb::options{.threads = 2})(x);
   CHECK(counts().autotune_timed == before.autotune_timed + 1);
   for (std::size_t i = 0; i < x.size(); ++i) REQUIRE(y.flat(i) == d.flat(i));
+
+  // A kernel that writes what it reads (the result into its own argument) is not timed: each
+  // candidate run would apply it again. 3x + 1 in place, once, on a shape not tuned before.
+  fb::tensor<float, fb::shape<48, 500>> z;
+  fbt::fill_signed(z, 433, 0.1, 3.0);
+  std::vector<double> zref(z.size()), zscale(z.size(), 1.0);
+  for (std::size_t i = 0; i < z.size(); ++i) zref[i] = 3.0 * double(z.flat(i)) + 1.0;
+  auto in_place = fb::compile([](const auto& v) { return v * 3.0f + 1.0f; },
+                              fb::options{.mode = fb::mode::max_autotune, .threads = 2});
+  in_place.run(z, z);
+  CHECK(counts().autotune_timed == before.autotune_timed + 1);
+  check_elements(z, zref, zscale, 1e-6, "3x + 1 into its own argument, max_autotune");
 }
 
 TEST_CASE("max_autotune winners persist in the cache directory; default mode tunes nothing",

@@ -32,7 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <tuple>
@@ -99,10 +99,47 @@ struct rows_problem {
   bool contig;
 };
 
+/// `run_on(pool, rows per task)` of one rows kernel, by reference (two words, as task_ref). A
+/// std::function here made every rows kernel of every program instantiate its manager, invoker
+/// and the lambda's typeinfo name: ~1.5 KB of object code per kernel, 10% of an -O0 test unit's
+/// (issue 22).
+class rows_runner_ref {
+public:
+  template <class F>
+  explicit rows_runner_ref(F& f) noexcept
+      : obj_(std::addressof(f)), call_([](void* o, thread_pool& pool, std::size_t per_task) { (*static_cast<F*>(o))(pool, per_task); }) {}
+  void operator()(thread_pool& pool, std::size_t per_task) const { call_(obj_, pool, per_task); }
+
+private:
+  void* obj_;
+  void (*call_)(void*, thread_pool&, std::size_t);
+};
+
+/// Whether the memory one of `written` spans meets the memory one of `read` spans (each node's
+/// [lowest, highest] element through its strides).
+template <class T>
+bool spans_meet(const strided<T>* loc, const int* written, int n_written, const int* read, int n_read) {
+  auto span_of = [&](int id) {
+    const strided<T>& v = loc[id];
+    std::ptrdiff_t lo = 0, hi = 0;
+    for (std::size_t d = 0; d < v.shape.rank; ++d) {
+      const std::ptrdiff_t reach = static_cast<std::ptrdiff_t>(v.shape.extent[d] - 1) * v.stride[d];
+      (reach < 0 ? lo : hi) += reach;
+    }
+    return std::pair{v.data + lo, v.data + hi + 1};
+  };
+  for (int q = 0; q < n_written; ++q)
+    for (int e = 0; e < n_read; ++e) {
+      const auto [w0, w1] = span_of(written[q]);
+      const auto [r0, r1] = span_of(read[e]);
+      if (w0 < r1 && r0 < w1) return true;
+    }
+  return false;
+}
+
 /// max_autotune's choice for one rows kernel: `run_on(pool, rows per task)` runs it. One function
 /// for every kernel of every program (it was ~8 KB of object code per rows kernel; issue 22).
-inline rows_choice tune_rows(const rows_problem& p, thread_pool& pool,
-                             const std::function<void(thread_pool&, std::size_t)>& run_on) {
+inline rows_choice tune_rows(const rows_problem& p, thread_pool& pool, rows_runner_ref run_on) {
   std::vector<rows_choice> cands{{}};
   const std::size_t tasks = (p.rows + p.per_task - 1) / p.per_task * p.col_blocks;
   if (pool.size() > 1 && tasks > 1) cands.push_back({true, 1});
@@ -646,25 +683,12 @@ struct basic_program {
     static constexpr id_list ext = external_inputs(G);
     static constexpr id_list outs = group_outputs(G, true);
     static constexpr id_list souts = group_outputs(G, false);
-    auto span_of = [&](int id) {
-      const strided<T>& v = f.loc[id];
-      std::ptrdiff_t lo = 0, hi = 0;
-      for (std::size_t d = 0; d < v.shape.rank; ++d) {
-        const std::ptrdiff_t reach = static_cast<std::ptrdiff_t>(v.shape.extent[d] - 1) * v.stride[d];
-        (reach < 0 ? lo : hi) += reach;
-      }
-      return std::pair{v.data + lo, v.data + hi + 1};
-    };
-    for (const id_list* written : {&outs, &souts})
-      for (int q = 0; q < written->size; ++q)
-        for (int e = 0; e < ext.size; ++e) {
-          const auto [w0, w1] = span_of(written->id[q]);
-          const auto [r0, r1] = span_of(ext.id[e]);
-          if (w0 < r1 && r0 < w1) return {};
-        }
+    if (detail::spans_meet(f.loc.data(), outs.id.data(), outs.size, ext.id.data(), ext.size) ||
+        detail::spans_meet(f.loc.data(), souts.id.data(), souts.size, ext.id.data(), ext.size))
+      return {};
     const detail::rows_problem p{nodes.data(), plan.group.data(), N,        G,     sizeof(T), rows,
                                  width,        col_blocks,        per_task, plan.kernels[K].passes, contig};
-    return detail::tune_rows(p, *f.pool, [&run_on](thread_pool& pool, std::size_t tasks) { run_on(pool, tasks); });
+    return detail::tune_rows(p, *f.pool, detail::rows_runner_ref(run_on));
   }
 
   static std::size_t workspace_row_scratch_stride(const frame_t&) {
