@@ -1,8 +1,8 @@
 // examples/edge_fashion_cnn.cpp: the T2 CNN that examples/train_fashion_mnist.cpp trains, deployed
 // the edge way (issue 23): the same fusebox source, built from <fusebox/cpu.hpp> without exceptions,
 // RTTI, threads of fusebox's own or the environment (FUSEBOX_NO_THREADS, FUSEBOX_NO_ENVIRONMENT),
-// its weights in the program's own arrays, the compiled function's scratch memory sized at compile
-// time. It reads a safetensors checkpoint, classifies the Fashion-MNIST test set one image at a
+// its weights in the program's own arrays and frozen (options::freezing), the compiled function's
+// memory sized at compile time. It reads a safetensors checkpoint, classifies the Fashion-MNIST test set one image at a
 // time (batch 1, as a device sees its inputs) and prints the accuracy, the memory it uses and the
 // heap allocations after start (0).
 //
@@ -127,10 +127,11 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  auto net = fb::compile(t2_cnn);
-  static fb::static_memory<decltype(net), 1, decltype(x), decltype(w1), decltype(b1), decltype(w2), decltype(b2),
-                           decltype(w3), decltype(b3)>
-      memory;
+  // The weights captured and frozen (options::freezing, as XNNPACK's static weights): what the
+  // kernels make of them (the second convolution's Winograd-transformed weights) is made at the
+  // first image and kept, in the static memory with the arena and the workspace.
+  auto net = fb::compile<fb::options{.freezing = true}>([&](auto xi) { return t2_cnn(xi, w1, b1, w2, b2, w3, b3); });
+  static fb::static_memory<decltype(net), 1, decltype(x)> memory;
   net.use_memory(memory.span());
 
   // After start: one image at a time, nothing allocated.
@@ -139,7 +140,7 @@ int main(int argc, char** argv) {
   for (std::size_t i = 0; i < count; ++i) {
     const std::byte* pixels = images.data() + 16 + i * 784;
     for (std::size_t p = 0; p < 784; ++p) image[p] = static_cast<float>(pixels[p]) / 255.0f;  // as the loader scales
-    net.run(y, x, w1, b1, w2, b2, w3, b3);
+    net.run(y, x);
     std::size_t best = 0;
     for (std::size_t k = 1; k < 10; ++k)
       if (logits[k] > logits[best]) best = k;
@@ -156,7 +157,8 @@ int main(int argc, char** argv) {
               "x86-64",
 #endif
               100.0 * static_cast<double>(correct) / static_cast<double>(count), count);
-  std::printf("memory: weights %zu bytes, arena + workspace %zu bytes (static_memory), input and output %zu bytes\n",
+  std::printf("memory: weights %zu bytes, arena + frozen weights + workspace %zu bytes (static_memory), input and "
+              "output %zu bytes\n",
               weight_bytes, memory.size, sizeof image + sizeof logits);
   std::printf("heap allocations after start: %ld\n", allocations_after_start);
   return allocations_after_start == 0 ? 0 : 1;

@@ -207,15 +207,21 @@ class compiled {
   }
 
   /// Bytes a call with these argument types needs on `threads` threads for its intermediates
-  /// (the arena) and its kernels' scratch (the workspace): what use_memory takes. A compile-time
-  /// constant of static shapes.
+  /// (the arena), the weights its kernels keep under options::freezing (`freezing`; by default
+  /// whether this function's template options freeze) and its kernels' scratch (the workspace):
+  /// what use_memory takes. A compile-time constant of static shapes.
   template <class... Args>
-  static constexpr std::size_t memory_bytes(unsigned threads) {
+  static constexpr std::size_t memory_bytes(unsigned threads, bool freezing = Static.freezing) {
     using P = program_for<Args...>;
     static_assert(P::all_static, "fusebox: compiled::memory_bytes<Args...>(): the arguments have dyn extents; the "
                                  "run-time path sizes its memory per call (use_memory is for static shapes)");
-    return cpu::fixed_workspace_offset(P::arena_bytes) + P::workspace_bytes(threads);
+    const bool frozen = freezing && P::frozen_bytes > 0;
+    return cpu::fixed_workspace_offset(P::arena_bytes) + (frozen ? P::frozen_bytes : 0) + P::workspace_bytes(threads, frozen);
   }
+
+  /// options::freezing: forgets the weights the kernels keep, so the next call makes them again
+  /// from the captured tensors' values (after the caller changed them in place).
+  void refreeze() { st_.backend_state<backends::cpu_backend>().rt.frozen_for = nullptr; }
 
   /// Every later call keeps its arena and workspace in `memory` (the caller's: 64-byte aligned,
   /// at least memory_bytes<Args...>(threads()) bytes for the arguments it will be called with, and
@@ -227,7 +233,9 @@ class compiled {
       FUSEBOX_THROW(invalid_argument("fusebox: compiled::use_memory: the memory is not " +
                                      std::to_string(storage_alignment) + "-byte aligned (alignas(" +
                                      std::to_string(storage_alignment) + "), or fusebox::static_memory)"));
-    st_.backend_state<backends::cpu_backend>().rt.fixed = memory;
+    auto& rt = st_.backend_state<backends::cpu_backend>().rt;
+    rt.fixed = memory;
+    rt.frozen_for = nullptr;  // nothing kept in this memory yet
   }
 
   /// The plan for these arguments, kernel by kernel, as the back end the arguments choose runs it
@@ -305,6 +313,7 @@ class compiled {
   static options with_static(options o) {
     if constexpr (Static.fullgraph) o.fullgraph = true;
     if constexpr (Static.fast_math) o.fast_math = true;
+    if constexpr (Static.freezing) o.freezing = true;
     if constexpr (Static.backend != backend::automatic) o.backend = Static.backend;
     return o;
   }

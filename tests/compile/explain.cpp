@@ -114,5 +114,6 @@ TEST_CASE("explain() names the algorithm each convolution runs by: Winograd wher
   const std::string plan = fb::explain_text(model, x, w1, w2);
   INFO(plan);
   CHECK(contains(plan, "[1, 1, 28, 28], [32, 1, 5, 5] -> [1, 32, 24, 24], stride 1x1, padding 0x0; im2col + gemm"));
-  CHECK(contains(plan, "[1, 32, 12, 12], [64, 32, 5, 5] -> [1, 64, 8, 8], stride 1x1, padding 0x0; Winograd F(4x4, 5x5)"));
+  CHECK(contains(plan, "[1, 32, 12, 12], [64, 32, 5, 5] -> [1, 64, 8, 8], stride 1x1, padding 0x0; Winograd F(4x4, 5x5), "
+                        "channels in the vector lanes (few tiles)"));
 }

@@ -201,7 +201,9 @@ const conv_case cases[] = {
 };
 
 const conv_case winograd_cases[] = {
-    {3, 32, 12, 12, 64, 5, 5, 1, 0, false},  // T2's second layer: 4 whole tiles an image
+    {3, 32, 12, 12, 64, 5, 5, 1, 0, false},  // T2's second layer: 4 whole tiles an image (channels in lanes)
+    {1, 32, 12, 12, 64, 5, 5, 1, 0, false},  // the same at batch 1
+    {1, 19, 11, 11, 21, 5, 5, 1, 1, true},   // channels in lanes: C % L, O % L, O % NR, 9 tiles (> MR), padding, strided
     {2, 9, 11, 13, 10, 5, 5, 1, 2, true},    // padding 2, tiles cut by both edges, O % MR, C % NR, strided
     {9, 8, 9, 9, 8, 5, 5, 1, 1, false},      // 9 images in 8 weight-gradient chunks; 7x7: partial tiles
 };

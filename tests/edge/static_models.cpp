@@ -297,11 +297,12 @@ void t2_cnn_forward() {
   b2.fill_random(65, -0.035f, 0.035f);
   w3.fill_random(66, -0.03f, 0.03f);
   b3.fill_random(67, -0.03f, 0.03f);
-  auto net = fb::compile([](auto x, auto w1, auto b1, auto w2, auto b2, auto w3, auto b3) {
+  const auto t2 = [](auto x, auto w1, auto b1, auto w2, auto b2, auto w3, auto b3) {
     const auto h1 = fb::max_pool2d<2>(fb::relu(fb::conv2d(x, w1, b1)));
     const auto h2 = fb::max_pool2d<2>(fb::relu(fb::conv2d(h1, w2, b2)));
     return fb::matmul(fb::reshape<fb::shape<2, 1024>>(h2), w3) + b3;
-  });
+  };
+  auto net = fb::compile(t2);
   const auto logits = net(x, w1, b1, w2, b2, w3, b3);
 
   // The reference in double, layer by layer, with the bound of each logit's rounding carried
@@ -360,6 +361,33 @@ void t2_cnn_forward() {
             1e-5);
   fb::tensor<float, fb::shape<2, 10>> out;
   check_no_heap("T2 CNN forward", net, out, x, w1, b1, w2, b2, w3, b3);
+
+  // options::freezing, in the caller's memory: the parameters captured, the second convolution's
+  // Winograd weights made at the first call and kept. The same bits as the call that makes them
+  // every time; kept while w2 changes in place (that is what freezing promises, and what makes it
+  // fast), made again after refreeze().
+  auto frozen = fb::compile<fb::options{.freezing = true}>([&](auto xi) { return t2(xi, w1, b1, w2, b2, w3, b3); });
+  static fb::static_memory<decltype(frozen), 1, decltype(x)> frozen_memory;
+  frozen.use_memory(frozen_memory.span());
+  fb::tensor<float, fb::shape<2, 10>> kept, stale, fresh, changed;
+  const long before = heap_allocations.load();
+  frozen.run(kept, x);
+  frozen.run(kept, x);
+  const long allocations = heap_allocations.load() - before;
+  auto same = [](const auto& a, const auto& b) { return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0; };
+  char line[200];
+  std::snprintf(line, sizeof line, "T2 CNN frozen in the caller's memory (%zu bytes): the same bits, %ld allocations",
+                frozen_memory.size, allocations);
+  check(line, same(kept, out) && allocations == 0 &&
+                  frozen_memory.size > decltype(net)::memory_bytes<decltype(x), decltype(w1), decltype(b1), decltype(w2),
+                                                                   decltype(b2), decltype(w3), decltype(b3)>(1));
+  w2.data()[w2.size() / 3] += 0.25f;
+  frozen.run(stale, x);
+  net.run(changed, x, w1, b1, w2, b2, w3, b3);
+  frozen.refreeze();
+  frozen.run(fresh, x);
+  check("T2 CNN frozen: w2 changed in place is not seen until refreeze(), then it is",
+        same(stale, kept) && !same(changed, kept) && same(fresh, changed));
 }
 
 /// The caller's thread pool (options::pool) in place of fusebox's. This one has no threads (the

@@ -44,8 +44,8 @@ struct cpu_backend {
   static constexpr bool has_static_kernels = Prog::all_static;
 
   template <class Prog, class Outs>
-  static void run_static(typename Prog::frame_t& f, Outs& outs, state& s, const options&) {
-    cpu::bind_and_run<Prog>(f, outs, s.rt);
+  static void run_static(typename Prog::frame_t& f, Outs& outs, state& s, const options& o) {
+    cpu::bind_and_run<Prog>(f, outs, s.rt, o.freezing);
   }
 
   /// One call of run-time program e.prog at the call's node shapes e.concrete.

@@ -72,6 +72,7 @@ struct frame {
   std::byte* arena = nullptr;
   std::byte* workspace = nullptr;  // row scratch for every thread, then the GEMM workspace
   std::size_t workspace_bytes = 0;
+  std::byte* frozen = nullptr;  // options::freezing: the program's frozen region (frozen_offset); null: off
   thread_pool* pool = nullptr;
 };
 
@@ -194,8 +195,38 @@ struct basic_program {
   /// Bytes of the intermediate arena: a constant of the expression type.
   static constexpr std::size_t arena_bytes = plan.arena_bytes;
 
-  /// Bytes of per-call workspace for `threads` threads (row scratch + GEMM packing).
-  static constexpr std::size_t workspace_bytes(unsigned threads) {
+  /// options::freezing: the bytes kernel k keeps between calls. A conv2d forward by Winograd
+  /// whose weight is a tensor the model captures (a parameter, not an argument), at static
+  /// extents, keeps its transformed weights (cpu::winograd::frozen_bytes); nothing else does.
+  static constexpr std::size_t frozen_bytes_of(int k) {
+    const plan::kernel& kn = plan.kernels[k];
+    if (kn.kind != plan::kernel_kind::spatial) return 0;
+    const ir::node& nd = nodes[kn.node];
+    if (nd.desc.win.op != spatial_op::conv2d || nd.n_inputs != 2) return 0;
+    const ir::node &x = nodes[nd.inputs[0]], &w = nodes[nd.inputs[1]];
+    if (w.desc.kind != node_kind::tensor || !nd.desc.shape.is_static() || !x.desc.shape.is_static() ||
+        !w.desc.shape.is_static())
+      return 0;
+    const auto g = cpu::detail::conv_geometry_of(nd.desc.win, x.desc.shape, w.desc.shape, nd.desc.shape);
+    return cpu::detail::round64(winograd::frozen_bytes<T>(spatial_op::conv2d, g));
+  }
+  /// The frozen region: for each kernel the address of the weight its kept data was made from
+  /// (n_kernels pointers, 64-byte rounded), then the kept data of each kernel that keeps some.
+  static constexpr std::size_t frozen_offset(int k) {
+    std::size_t at = cpu::detail::round64(static_cast<std::size_t>(plan.n_kernels) * sizeof(const void*));
+    for (int q = 0; q < k; ++q) at += frozen_bytes_of(q);
+    return at;
+  }
+  /// Bytes of the frozen region (0: no kernel keeps anything).
+  static constexpr std::size_t frozen_bytes = [] {
+    std::size_t kept = 0;
+    for (int k = 0; k < plan.n_kernels; ++k) kept += frozen_bytes_of(k);
+    return kept ? frozen_offset(plan.n_kernels) : 0;
+  }();
+
+  /// Bytes of per-call workspace for `threads` threads (row scratch + GEMM packing); `frozen`:
+  /// the kernels that keep their weights (frozen_bytes_of) need no room to prepare them per call.
+  static constexpr std::size_t workspace_bytes(unsigned threads, bool frozen = false) {
     std::size_t scratch = (plan.row_scratch_elems * sizeof(T) + 63) / 64 * 64 * threads;
     std::size_t g = 0;
     for (int k = 0; k < plan.n_kernels; ++k) {
@@ -209,7 +240,8 @@ struct basic_program {
       const auto& kn = plan.kernels[k];
       if (kn.kind == plan::kernel_kind::spatial && nodes[kn.node].desc.shape.is_static())
         g = std::max(g, spatial_workspace_bytes<T>(nodes[kn.node].desc.win, nodes[nodes[kn.node].inputs[0]].desc.shape,
-                                                   spatial_operand_b(nodes, kn.node), nodes[kn.node].desc.shape, threads));
+                                                   spatial_operand_b(nodes, kn.node), nodes[kn.node].desc.shape, threads,
+                                                   frozen && frozen_bytes_of(k) > 0));
     }
     return scratch + g;
   }
@@ -1008,8 +1040,11 @@ struct basic_program {
     const strided<T>& b = nodes[I].n_inputs == 2 ? f.loc[nodes[I].inputs[1]] : f.loc[nodes[I].inputs[0]];
     const std::size_t scratch = workspace_row_scratch_stride(f) * f.pool->size();
     std::span<std::byte> ws(f.workspace + scratch, f.workspace_bytes - scratch);
+    frozen_weights frozen{};
+    if constexpr (frozen_bytes_of(K) > 0)
+      if (f.frozen) frozen = {f.frozen + frozen_offset(K), reinterpret_cast<const void**>(f.frozen) + K};
     if constexpr (kn.group < 0) {
-      cpu::run_spatial(nodes[I].desc.win, a, b, f.loc[I], *f.pool, ws, no_spatial_epilogue{});
+      cpu::run_spatial(nodes[I].desc.win, a, b, f.loc[I], *f.pool, ws, no_spatial_epilogue{}, frozen);
     } else {
       constexpr int G = kn.group;
       static constexpr id_list ext = external_inputs(G);
@@ -1075,7 +1110,7 @@ struct basic_program {
           e += w1 - w0;
         }
       };
-      cpu::run_spatial(nodes[I].desc.win, a, b, f.loc[I], *f.pool, ws, row_span_epilogue{epilogue});
+      cpu::run_spatial(nodes[I].desc.win, a, b, f.loc[I], *f.pool, ws, row_span_epilogue{epilogue}, frozen);
     }
   }
 

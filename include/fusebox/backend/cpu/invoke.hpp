@@ -3,6 +3,7 @@
 // Depends on: backend/cpu/executor.hpp, backend/cpu/report.hpp (kernel names for the profiler), core/, profile.hpp.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdlib>
@@ -39,16 +40,20 @@ class buffer {
 };
 
 /// What a call runs with: threads, and memory that outlives the call. `fixed` (compiled::
-/// use_memory) is the caller's memory for static programs: the arena at its start, the workspace
-/// after it (64-byte aligned); the buffers are then never grown.
+/// use_memory) is the caller's memory for static programs: the arena at its start, then (under
+/// options::freezing) the frozen region, then the workspace, each 64-byte aligned; the buffers are
+/// then never grown. `frozen_for`: the program whose kept weights the frozen region holds (null:
+/// none; compiled::refreeze and use_memory reset it).
 struct runtime {
   thread_pool* pool = nullptr;
   buffer arena;
   buffer workspace;
+  buffer frozen;
   std::span<std::byte> fixed;
+  const void* frozen_for = nullptr;
 };
 
-/// Offset of the workspace in a runtime's fixed memory: the arena, rounded up to 64 bytes.
+/// Offset of what follows the arena in a runtime's fixed memory: the arena, rounded up to 64 bytes.
 constexpr std::size_t fixed_workspace_offset(std::size_t arena_bytes) { return (arena_bytes + 63) / 64 * 64; }
 
 namespace detail {
@@ -144,30 +149,41 @@ void run_named(typename Program::frame_t& f) {
   }(std::make_integer_sequence<int, Program::plan.n_kernels>{});
 }
 
-/// Binds output tensors, the arena and the workspace, then runs the static program.
+/// Binds output tensors, the arena, the frozen region (`freezing`: options::freezing) and the
+/// workspace, then runs the static program.
 template <class Program, class Outs>
-void bind_and_run(typename Program::frame_t& f, Outs& outs, runtime& rt) {
+void bind_and_run(typename Program::frame_t& f, Outs& outs, runtime& rt, bool freezing = false) {
   bind_outputs<Program>(f, outs);
   f.pool = rt.pool;
   const bool fixed = rt.fixed.data() != nullptr;
   f.arena = fixed ? rt.fixed.data() : rt.arena.ensure(Program::arena_bytes);
   Program::bind_intermediates(f);
   Program::number_values(f);
-  const std::size_t ws = Program::all_static ? Program::workspace_bytes(rt.pool->size())
-                                             : Program::workspace_bytes(rt.pool->size(), f);
+  const bool frozen = freezing && Program::all_static && Program::frozen_bytes > 0;
+  std::size_t ws = 0;
+  if constexpr (Program::all_static) ws = Program::workspace_bytes(rt.pool->size(), frozen);
+  else ws = Program::workspace_bytes(rt.pool->size(), f);
   if (fixed) {
-    const std::size_t at = fixed_workspace_offset(Program::arena_bytes);
-    if (at + ws > rt.fixed.size())
+    const std::size_t kept = frozen ? Program::frozen_bytes : 0, at = fixed_workspace_offset(Program::arena_bytes);
+    if (at + kept + ws > rt.fixed.size())
       FUSEBOX_THROW(invalid_argument("fusebox: compiled::use_memory: the memory given holds " +
-                                     std::to_string(rt.fixed.size()) + " bytes; this call needs " + std::to_string(at + ws) +
-                                     " (arena " + std::to_string(Program::arena_bytes) + ", workspace " + std::to_string(ws) +
-                                     " on " + std::to_string(rt.pool->size()) +
-                                     " threads): give it memory_bytes<Args...>(threads()) bytes for these arguments"));
-    f.workspace = rt.fixed.data() + at;
-    f.workspace_bytes = rt.fixed.size() - at;
+                                     std::to_string(rt.fixed.size()) + " bytes; this call needs " +
+                                     std::to_string(at + kept + ws) + " (arena " + std::to_string(Program::arena_bytes) +
+                                     (frozen ? ", frozen weights " + std::to_string(kept) : std::string()) +
+                                     ", workspace " + std::to_string(ws) + " on " + std::to_string(rt.pool->size()) +
+                                     " threads): give it memory_bytes<Args...>(threads()" + (frozen ? ", true" : "") +
+                                     ") bytes for these arguments"));
+    f.frozen = frozen ? rt.fixed.data() + at : nullptr;
+    f.workspace = rt.fixed.data() + at + kept;
+    f.workspace_bytes = rt.fixed.size() - at - kept;
   } else {
+    f.frozen = frozen ? rt.frozen.ensure(Program::frozen_bytes) : nullptr;
     f.workspace = rt.workspace.ensure(ws);
     f.workspace_bytes = rt.workspace.size();
+  }
+  if (frozen && rt.frozen_for != &Program::plan) {  // another program's, or none: nothing kept yet
+    std::fill_n(reinterpret_cast<const void**>(f.frozen), Program::plan.n_kernels, nullptr);
+    rt.frozen_for = &Program::plan;
   }
   if (profile::active()) run_named<Program>(f);
   else Program::run(f);

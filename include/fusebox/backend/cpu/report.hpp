@@ -31,8 +31,12 @@ std::string conv_algorithm(std::span<const ir::node> nodes, const plan::kernel& 
   if (w.op != spatial_op::conv2d && w.op != spatial_op::conv2d_input_grad && w.op != spatial_op::conv2d_weight_grad)
     return "";
   const dims b = n.n_inputs == 2 ? nodes[n.inputs[1]].desc.shape : dims{};
-  const bool wino = conv_winograd() && winograd_applies<T>(w, nodes[n.inputs[0]].desc.shape, b, n.desc.shape);
-  return wino ? "Winograd F(4x4, 5x5) (max_autotune times im2col + gemm against it); " : "im2col + gemm; ";
+  const dims& a = nodes[n.inputs[0]].desc.shape;
+  if (!(conv_winograd() && winograd_applies<T>(w, a, b, n.desc.shape))) return "im2col + gemm; ";
+  const bool lanes = w.op == spatial_op::conv2d &&
+                     winograd::few_tiles<T>(winograd::tiled_of(detail::conv_geometry_of(w, a, b, n.desc.shape)));
+  return std::string("Winograd F(4x4, 5x5)") + (lanes ? ", channels in the vector lanes (few tiles)" : "") +
+         " (max_autotune times im2col + gemm against it); ";
 }
 
 /// Kernel-by-kernel description of program P run with `threads` threads (static shapes).

@@ -26,12 +26,15 @@
 namespace fusebox::cpu {
 
 /// Workspace bytes of a spatial node with operand shapes a, b (b: rank 0 for one operand) and
-/// output shape out, on `threads` threads.
+/// output shape out, on `threads` threads; `frozen`: a forward that keeps its transformed weights
+/// elsewhere (options::freezing).
 template <class T>
-constexpr std::size_t spatial_workspace_bytes(const window& win, const dims& a, const dims& b, const dims& out, unsigned threads) {
+constexpr std::size_t spatial_workspace_bytes(const window& win, const dims& a, const dims& b, const dims& out, unsigned threads,
+                                              bool frozen = false) {
   auto both = [&](const dims& x, const dims& w, const dims& y) {
     const detail::conv_geometry g = detail::conv_geometry_of(win, x, w, y);
-    return std::max(conv_workspace_bytes<T>(win.op, win, x, w, y, threads), winograd::workspace_bytes<T>(win.op, g, threads));
+    return std::max(conv_workspace_bytes<T>(win.op, win, x, w, y, threads),
+                    winograd::workspace_bytes<T>(win.op, g, threads, frozen));
   };
   switch (win.op) {
     case spatial_op::conv2d: return both(a, b, out);
@@ -68,11 +71,11 @@ namespace detail {
 /// A convolution (or gradient) by the algorithm given: Winograd (the shapes must qualify) or direct.
 template <class T, class Epilogue>
 void run_conv(bool winograd, const window& win, const strided<T>& a, const strided<T>& b, const strided<T>& out,
-              thread_pool& pool, std::span<std::byte> ws, Epilogue& epilogue) {
+              thread_pool& pool, std::span<std::byte> ws, Epilogue& epilogue, frozen_weights frozen = {}) {
   if constexpr (std::is_same_v<T, float>) {
     if (winograd) {
       switch (win.op) {
-        case spatial_op::conv2d: winograd::conv2d_forward(win, a, b, out, pool, ws, epilogue); return;
+        case spatial_op::conv2d: winograd::conv2d_forward(win, a, b, out, pool, ws, epilogue, frozen); return;
         case spatial_op::conv2d_input_grad: winograd::conv2d_input_grad(win, a, b, out, pool, ws, epilogue); return;
         default: winograd::conv2d_weight_grad(win, a, b, out, pool, ws, epilogue); return;
       }
@@ -144,16 +147,17 @@ inline bool is_conv(spatial_op op) {
 
 /// out = the op of `win` over a (and b), then epilogue(row, j0, n) on each finished row run of out.
 /// Inside a max_autotune call a convolution runs its problem's tuned algorithm and thread count.
+/// `frozen`: where a forward by Winograd keeps its transformed weights between calls (options::freezing).
 template <class T, class Epilogue>
 void run_spatial(const window& win, const strided<T>& a, const strided<T>& b, const strided<T>& out, thread_pool& pool,
-                 std::span<std::byte> ws, Epilogue&& epilogue) {
+                 std::span<std::byte> ws, Epilogue&& epilogue, frozen_weights frozen = {}) {
   if (detail::is_conv(win.op)) {
     if (autotune::active()) [[unlikely]] {
       const detail::conv_choice c = detail::tuned_conv(win, a, b, out, pool, ws);
-      detail::run_conv(c.winograd, win, a, b, out, c.serial ? autotune::serial_pool() : pool, ws, epilogue);
+      detail::run_conv(c.winograd, win, a, b, out, c.serial ? autotune::serial_pool() : pool, ws, epilogue, frozen);
       return;
     }
-    detail::run_conv(runs_winograd(win, a, b, out), win, a, b, out, pool, ws, epilogue);
+    detail::run_conv(runs_winograd(win, a, b, out), win, a, b, out, pool, ws, epilogue, frozen);
     return;
   }
   switch (win.op) {

@@ -75,6 +75,14 @@ inline std::atomic<bool>& conv_winograd_flag() {
 inline void set_conv_winograd(bool on) { conv_winograd_flag().store(on, std::memory_order_relaxed); }
 inline bool conv_winograd() { return conv_winograd_flag().load(std::memory_order_relaxed); }
 
+/// Where a convolution keeps its prepared weights between calls (options::freezing): `data`
+/// (64-byte aligned, winograd::frozen_bytes of it) and `*made_from`, the address of the weight
+/// tensor they were made from (null: not made yet). All null: prepared per call in the workspace.
+struct frozen_weights {
+  std::byte* data = nullptr;
+  const void** made_from = nullptr;
+};
+
 namespace winograd {
 
 inline constexpr std::size_t alpha = 8;   // tile side, in
@@ -224,6 +232,36 @@ constexpr std::size_t images_per_task(std::size_t tiles_per_image) {
   return best;
 }
 
+/// Whether the forward puts channels in the vector lanes (few_tiles_convolution) rather than
+/// tiles (tiled_convolution): when a task's tiles would fill at most half of an NR-wide panel.
+/// At batch 1 T2's second layer has 4 tiles: the tile-lane layout computed NR = 32 lanes (AVX-512)
+/// for 4 of them in every transform and product.
+template <class T>
+constexpr bool few_tiles(const tiled_problem& t) {
+  const std::size_t tp = t.tiles_per_image();
+  return std::min(t.n, images_per_task<T>(tp)) * tp * 2 <= detail::conv_nr<T>;
+}
+
+/// The channel-lane layout's sizes: C and O rounded up to whole vectors and whole NR panels.
+template <class T>
+constexpr std::size_t lane_channels(std::size_t c) {
+  constexpr std::size_t L = xsimd::batch<float>::size;
+  return (c + L - 1) / L * L;
+}
+template <class T>
+constexpr std::size_t panel_channels(std::size_t o) {
+  constexpr std::size_t NR = detail::conv_nr<T>;
+  return (o + NR - 1) / NR * NR;
+}
+/// A worker's scratch in few_tiles_convolution: MR tiles' 64 transformed inputs [MR, C'] and
+/// products [MR, O'], and two tile buffers [64, L].
+template <class T>
+constexpr std::size_t few_tiles_scratch_bytes(std::size_t c, std::size_t o) {
+  constexpr std::size_t MR = detail::conv_mr<T>, L = xsimd::batch<float>::size;
+  return detail::round64(points * MR * lane_channels<T>(c) * sizeof(float)) +
+         detail::round64(points * MR * panel_channels<T>(o) * sizeof(float)) + 2 * detail::round64(points * L * sizeof(float));
+}
+
 /// Images a weight-gradient group takes: about 32 tiles (a group's tiles are the GEMMs' K).
 constexpr std::size_t images_per_group(std::size_t tiles_per_image) {
   return std::max<std::size_t>(1, 32 / std::max<std::size_t>(tiles_per_image, 1));
@@ -276,17 +314,31 @@ constexpr sizes sizes_of(spatial_op op, const detail::conv_geometry& g) {
     return s;
   }
   const tiled_problem t = tiled_of(g);
+  if (few_tiles<T>(t)) {
+    s.shared = round64(points * t.in * panel_channels<T>(t.out) * sizeof(float));
+    s.per_worker = few_tiles_scratch_bytes<T>(t.in, t.out);
+    return s;
+  }
   s.shared = round64(points * detail::packed_a_elems<float>(t.out, t.in) * sizeof(float));
   s.per_worker = panel_scratch_bytes<T>(t.in, t.out);
   return s;
 }
 
-/// Bytes of workspace op needs by Winograd (0 where it does not apply).
+/// Bytes of a forward's transformed weights kept between calls under options::freezing (0 for
+/// the gradients, and where Winograd does not apply).
 template <class T>
-constexpr std::size_t workspace_bytes(spatial_op op, const detail::conv_geometry& g, unsigned threads) {
+constexpr std::size_t frozen_bytes(spatial_op op, const detail::conv_geometry& g) {
+  return op == spatial_op::conv2d && applies<T>(op, g) ? sizes_of<T>(op, g).shared : 0;
+}
+
+/// Bytes of workspace op needs by Winograd (0 where it does not apply); `frozen`: a forward's
+/// transformed weights are kept elsewhere (frozen_weights), not made in the workspace.
+template <class T>
+constexpr std::size_t workspace_bytes(spatial_op op, const detail::conv_geometry& g, unsigned threads, bool frozen = false) {
   if (!applies<T>(op, g)) return 0;
   const sizes s = sizes_of<T>(op, g);
-  return s.shared + s.per_worker * (threads == 0 ? 1 : threads) + 64;  // alignment slack
+  const std::size_t weights = frozen && op == spatial_op::conv2d ? 0 : s.shared;
+  return weights + s.per_worker * (threads == 0 ? 1 : threads) + 64;  // alignment slack
 }
 
 namespace detail {
@@ -468,6 +520,107 @@ void tiled_convolution(const tiled_problem& t, const strided<float>& x, const fl
   });
 }
 
+/// The 64 transformed kernels G k Gᵀ of w [out, in, 5, 5] as B panels for few_tiles_convolution:
+/// point p's [in, out'] (out' = panel_channels(out)) at dst + p * in * out', panel q (columns
+/// q*NR..) at + q * in * NR, element (c, o) at [c * NR + o % NR]; columns past `out` are zero.
+/// A task per input channel, its output channels NR at a time side by side.
+inline void transform_weights_panels(const strided<float>& w, std::size_t out, std::size_t in, float* dst, thread_pool& pool) {
+  constexpr std::size_t NR = cpu::detail::conv_nr<float>;
+  const std::size_t po = panel_channels<float>(out), stride = in * po;
+  pool.parallel_for(in, [&](std::size_t c, unsigned) {
+    float kk[r * r * NR], t[alpha * r * NR], u[points * NR];
+    const std::ptrdiff_t lane = static_cast<std::ptrdiff_t>(NR), five = static_cast<std::ptrdiff_t>(r * NR);
+    for (std::size_t o0 = 0; o0 < out; o0 += NR) {
+      const std::size_t cnt = std::min(NR, out - o0);
+      for (std::size_t j = 0; j < NR; ++j) {
+        const std::ptrdiff_t o = static_cast<std::ptrdiff_t>(o0 + std::min(j, cnt - 1));
+        const float* k = w.data + o * w.stride[0] + static_cast<std::ptrdiff_t>(c) * w.stride[1];
+        for (std::size_t a = 0; a < r; ++a)
+          for (std::size_t b = 0; b < r; ++b)
+            kk[(a * r + b) * NR + j] = k[static_cast<std::ptrdiff_t>(a) * w.stride[2] + static_cast<std::ptrdiff_t>(b) * w.stride[3]];
+      }
+      for (std::size_t b = 0; b < r; ++b) kernel_1d<NR, r>(kk + b * NR, five, t + b * NR, five);  // t[ξ][b]
+      for (std::size_t xi = 0; xi < alpha; ++xi) kernel_1d<NR, r>(t + xi * r * NR, lane, u + xi * alpha * NR, lane);
+      float* panel = dst + o0 * in + c * NR;  // panel o0 / NR starts at (o0 / NR) * in * NR
+      for (std::size_t p = 0; p < points; ++p)
+        for (std::size_t j = 0; j < NR; ++j) panel[p * stride + j] = j < cnt ? u[p * NR + j] : 0.0f;
+    }
+  });
+}
+
+/// y [N, out, oh, ow] from x (padded by t.ph, t.pw) and u (transform_weights_panels), channels in
+/// the vector lanes: up to MR tiles at a time, each channel group's 8x8 windows gathered and
+/// transformed L channels at once into V [64][MR][C'], the 64 products [tiles, in] · [in, out']
+/// on gemm's micro-kernel (A read in place, so one tile costs one row of it), and the products
+/// transformed back L output channels at once. A task per image.
+template <class Epilogue>
+void few_tiles_convolution(const tiled_problem& t, const strided<float>& x, const float* u, const strided<float>& y,
+                           thread_pool& pool, std::byte* workers, std::size_t per_worker, Epilogue& epilogue) {
+  constexpr std::size_t MR = cpu::detail::conv_mr<float>, NR = cpu::detail::conv_nr<float>, L = xsimd::batch<float>::size;
+  const std::size_t tp = t.tiles_per_image(), tw_n = t.tiles_w(), cp = lane_channels<float>(t.in),
+                    po = panel_channels<float>(t.out), out_plane = t.oh * t.ow;
+  pool.parallel_for(t.n, [&](std::size_t n, unsigned worker) {
+    std::byte* at = workers + worker * per_worker;
+    float* const v = reinterpret_cast<float*>(at);
+    at += cpu::detail::round64(points * MR * cp * sizeof(float));
+    float* const prod = reinterpret_cast<float*>(at);
+    at += cpu::detail::round64(points * MR * po * sizeof(float));
+    float* const tile = reinterpret_cast<float*>(at);
+    float* const tmp = reinterpret_cast<float*>(at + cpu::detail::round64(points * L * sizeof(float)));
+    const float* img = x.data + static_cast<std::ptrdiff_t>(n) * x.stride[0];
+    for (std::size_t q0 = 0; q0 < tp; q0 += MR) {
+      const std::size_t cnt = std::min(MR, tp - q0);
+      const std::ptrdiff_t a_stride = static_cast<std::ptrdiff_t>(cnt * cp), c_stride = static_cast<std::ptrdiff_t>(cnt * po);
+      // In: each tile's window, L channels at a time, into V [64][cnt][C'].
+      for (std::size_t q = 0; q < cnt; ++q) {
+        const std::size_t th = (q0 + q) / tw_n, tw = (q0 + q) % tw_n;
+        std::ptrdiff_t ih0[L], iw0[L];
+        const float* base[L];
+        for (std::size_t c0 = 0; c0 < t.in; c0 += L) {
+          const std::size_t lanes = std::min(L, t.in - c0);
+          for (std::size_t j = 0; j < lanes; ++j) {
+            ih0[j] = static_cast<std::ptrdiff_t>(th * m) - t.ph;
+            iw0[j] = static_cast<std::ptrdiff_t>(tw * m) - t.pw;
+            base[j] = img + static_cast<std::ptrdiff_t>(c0 + j) * x.stride[1];
+          }
+          gather_tiles<L>(x.stride[2], x.stride[3], t.h, t.w, ih0, iw0, base, lanes, tile);
+          transform_input<L>(tile, tmp, v + q * cp + c0, a_stride);
+        }
+      }
+      // The 64 products [cnt, in] · [in, out'], a panel of NR output channels at a time.
+      for (std::size_t p = 0; p < points; ++p)
+        for (std::size_t o0 = 0; o0 < po; o0 += NR)
+          cpu::detail::tile<float, 0>(cnt, NR,
+                                      cpu::detail::kernel_args<float>{t.in, v + static_cast<std::ptrdiff_t>(p) * a_stride,
+                                                                      static_cast<std::ptrdiff_t>(cp), 1,
+                                                                      u + p * t.in * po + o0 * t.in, static_cast<std::ptrdiff_t>(NR),
+                                                                      prod + static_cast<std::ptrdiff_t>(p) * c_stride + o0,
+                                                                      static_cast<std::ptrdiff_t>(po), false});
+      // Out: each tile, L output channels at a time, back to 4x4 and into y.
+      const std::ptrdiff_t lane = static_cast<std::ptrdiff_t>(L);
+      for (std::size_t q = 0; q < cnt; ++q) {
+        const std::size_t oh0 = (q0 + q) / tw_n * m, ow0 = (q0 + q) % tw_n * m;
+        const std::size_t rows = std::min(m, t.oh - oh0), cols = std::min(m, t.ow - ow0);
+        for (std::size_t o0 = 0; o0 < t.out; o0 += L) {
+          const float* mo = prod + q * po + o0;
+          for (std::size_t nu = 0; nu < alpha; ++nu)  // along ξ: tmp[i][ν]
+            output_1d<L, m>(mo + static_cast<std::ptrdiff_t>(nu) * c_stride, alpha * c_stride, tmp + nu * L,
+                            static_cast<std::ptrdiff_t>(alpha * L));
+          for (std::size_t i = 0; i < m; ++i)  // along ν: tile[i][k]
+            output_1d<L, m>(tmp + i * alpha * L, lane, tile + i * m * L, lane);
+          const std::size_t chans = std::min(L, t.out - o0);
+          for (std::size_t j = 0; j < chans; ++j) {
+            float* dst = y.data + (n * t.out + o0 + j) * out_plane + oh0 * t.ow + ow0;
+            for (std::size_t i = 0; i < rows; ++i)
+              for (std::size_t k = 0; k < cols; ++k) dst[i * t.ow + k] = tile[(i * m + k) * L + j];
+          }
+        }
+      }
+    }
+    epilogue_rows(epilogue, n * t.out * t.oh, t.out * t.oh, t.ow);
+  });
+}
+
 /// The input gradient: dx [N, C, H, W] = the adjoint of the forward's tiling. A 4x4 tile of gy
 /// (tiles over gy's OH x OW, cut by its edge) meets the forward's 8x8 window of x at the same
 /// place; the adjoint of Y = Aᵀ [U ⊙ (Bᵀ d B)] A sends it back as B [U ⊙ (A g Aᵀ)] Bᵀ, added
@@ -554,18 +707,28 @@ void transposed_convolution(const conv_geometry& g, const strided<float>& gy, co
 }  // namespace detail
 
 /// y = conv2d(x, w) by F(4x4, 5x5), then epilogue(row, j0, n) over y's rows [N*O*OH] of OW.
+/// With `frozen` (options::freezing), the transformed weights are kept in frozen.data and made
+/// again only when w is another tensor than the one they were made from.
 template <class Epilogue>
 void conv2d_forward(const window& win, const strided<float>& x, const strided<float>& w, const strided<float>& y,
-                    thread_pool& pool, std::span<std::byte> ws, Epilogue&& epilogue) {
+                    thread_pool& pool, std::span<std::byte> ws, Epilogue&& epilogue, frozen_weights frozen = {}) {
   cpu::detail::require_contiguous(y, "conv2d");
   const auto g = cpu::detail::conv_geometry_of(win, x.shape, w.shape, y.shape);
-  detail::require_workspace(spatial_op::conv2d, ws.size(), workspace_bytes<float>(spatial_op::conv2d, g, pool.size()));
+  const bool kept = frozen.data != nullptr;
+  detail::require_workspace(spatial_op::conv2d, ws.size(), workspace_bytes<float>(spatial_op::conv2d, g, pool.size(), kept));
   const sizes s = sizes_of<float>(spatial_op::conv2d, g);
   std::byte* base = detail::align64(ws);
-  float* u = reinterpret_cast<float*>(base);
+  std::byte* workers = kept ? base : base + s.shared;
   const tiled_problem t = tiled_of(g);
-  detail::transform_weights(w, false, t.out, t.in, u, pool);
-  detail::tiled_convolution(t, x, u, y, pool, base + s.shared, s.per_worker, epilogue);
+  const bool few = few_tiles<float>(t);
+  float* u = reinterpret_cast<float*>(kept ? frozen.data : base);
+  if (!kept || *frozen.made_from != w.data) {
+    if (few) detail::transform_weights_panels(w, t.out, t.in, u, pool);
+    else detail::transform_weights(w, false, t.out, t.in, u, pool);
+    if (kept) *frozen.made_from = w.data;
+  }
+  if (few) detail::few_tiles_convolution(t, x, u, y, pool, workers, s.per_worker, epilogue);
+  else detail::tiled_convolution(t, x, u, y, pool, workers, s.per_worker, epilogue);
 }
 
 /// dx = conv2d_input_grad(gy, w) [N, C, H, W]: the adjoint of the forward's F(4x4, 5x5) tiling.
