@@ -166,6 +166,12 @@ struct gemm_config {
   static constexpr std::size_t dots_max_m = 4;  // case 3 up to this many rows of A
   static constexpr std::size_t gemv_cols = 2048;   // widest y chunk (case 2): 8 KiB of floats, in L1
   static constexpr std::size_t gemv_rows_per_pass = 8;
+  // Case 2 at one row of A, where B is at most this many bytes (it comes from the caches, not
+  // DRAM): each column block of gemv_block_vectors vectors stays in registers over all of K.
+  // Measured on AVX-512 (docs/benchmarks.md, run AN): 784x512 17.8 against 21.4 us, 1024x1024
+  // 52 against 64; from 16 MB on, the passes above (with prefetches) are twice as fast.
+  static constexpr std::size_t gemv_resident_bytes = std::size_t(4) << 20;
+  static constexpr std::size_t gemv_block_vectors = 8;
   static constexpr std::size_t dot_task_rows = 64;
 };
 
@@ -538,6 +544,39 @@ void run_gemv_rows(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogu
       std::fill(y[i], y[i] + n, T(0));
     }
     const T* b = p.B.data + j0;
+    if constexpr (MX == 1) {
+      if (p.K * p.N * sizeof(T) <= cfg::gemv_resident_bytes) {
+        // B from the caches: a block of y in registers over all of K, one load per fma (no y
+        // reloaded per pass, no prefetch). Each element is still one fma chain in increasing k.
+        const T* x0 = x[0];
+        auto block = [&](std::size_t j, auto vectors_c) {
+          constexpr std::size_t NB = decltype(vectors_c)::value;
+          V acc[NB];
+          for (std::size_t v = 0; v < NB; ++v) acc[v] = V(T(0));
+          const T* bk = b + j;
+          for (std::size_t k = 0; k < p.K; ++k, bk += ldb) {
+            const V xv(x0[k]);
+#pragma GCC unroll 16
+            for (std::size_t v = 0; v < NB; ++v) acc[v] = vmath::detail::fma(xv, V::load_unaligned(bk + v * W), acc[v]);
+          }
+          for (std::size_t v = 0; v < NB; ++v) acc[v].store_unaligned(y[0] + j + v * W);
+        };
+        constexpr std::size_t NB = cfg::gemv_block_vectors;
+        std::size_t j = 0;
+        for (; j + NB * W <= nvec; j += NB * W) block(j, std::integral_constant<std::size_t, NB>{});
+        for (; j < nvec; j += W) block(j, std::integral_constant<std::size_t, 1>{});
+        if (j < n) {  // the last n - j < W columns side by side: independent chains, not one after another
+          T acc[W] = {};
+          const std::size_t rest = n - j;
+          const T* bk = b + j;
+          for (std::size_t k = 0; k < p.K; ++k, bk += ldb)
+            for (std::size_t t = 0; t < rest; ++t) acc[t] = vmath::detail::fma(x0[k], bk[t], acc[t]);
+          for (std::size_t t = 0; t < rest; ++t) y[0][j + t] = acc[t];
+        }
+        epilogue(item, 0, j0, n, y[0]);
+        return;
+      }
+    }
     auto pass = [&](std::size_t k, auto rows_c) {  // rows k .. k + RR of B into every y
       constexpr std::size_t RR = decltype(rows_c)::value;
       T xs[MX][RR];
