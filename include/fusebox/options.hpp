@@ -53,10 +53,11 @@ struct options {
   /// Inference with parameters that do not change, as torch._inductor.config.freezing: the tensors
   /// the model captures (its parameters; not the call's arguments) are taken as constants, so what
   /// a kernel makes of them is made at the first call and kept: a 5x5 convolution's Winograd-
-  /// transformed weights (backend/cpu/winograd.hpp). Made again when a captured tensor is another
-  /// one (its address); a change of its values in place is not seen: call compiled::refreeze().
-  /// Static shapes on the CPU; elsewhere it changes nothing. The kept weights take memory of their
-  /// own (compiled::memory_bytes(threads, true) counts them) and no workspace to make them per call.
+  /// transformed weights (backend/cpu/winograd.hpp), a one-row matmul's weight packed in column
+  /// blocks (backend/cpu/gemm.hpp). Made again when a captured tensor is another one (its address);
+  /// a change of its values in place may not be seen (what was kept is used): call
+  /// compiled::refreeze() after it. Static shapes on the CPU; elsewhere it changes nothing. The
+  /// kept weights take memory of their own (compiled::memory_bytes(threads, true) counts them).
   bool freezing = false;
   /// The caller's own thread pool for this function's CPU work, in place of fusebox's (threads is
   /// then ignored); it must outlive the compiled function. See cpu::external_pool. Last: nvcc

@@ -195,6 +195,33 @@ TEMPLATE_TEST_CASE("gemm with batches, shared operands and padded leading dimens
     }
 }
 
+TEMPLATE_TEST_CASE("one-row gemm with B's column blocks packed (options::freezing) gives the same bits", "[cpu][gemm]",
+                   float, double) {
+  // Whole blocks and a tail of vectors and of scalars; one and two threads (the second task's
+  // columns start off a block boundary where N / 2 is not a multiple of the block); a padded B.
+  const std::size_t shapes[][2] = {{512, 784}, {300, 100}, {1000, 33}, {129, 7}};
+  std::uint64_t seed = 900;
+  for (unsigned threads : {1u, 2u}) {
+    thread_pool pool(threads);
+    for (auto& s : shapes) {
+      case_desc d;
+      d.M = 1, d.N = s[0], d.K = s[1], d.b_pad = 3;
+      const auto A = make_operand<TestType>(1, d.M, d.K, false, 0, false, seed++);
+      const auto B = make_operand<TestType>(1, d.K, d.N, false, d.b_pad, false, seed++);
+      const run_result<TestType> plain = run(d, A, B, pool);
+      std::vector<TestType> packed(std::max<std::size_t>(1, fusebox::cpu::detail::gemv_packed_bytes<TestType>(d.N, d.K) / sizeof(TestType)));
+      fusebox::cpu::detail::pack_gemv_blocks(d.K, d.N, B.view.data, B.view.row_stride, packed.data());
+      std::vector<TestType> C(d.N, std::numeric_limits<TestType>::quiet_NaN());
+      std::vector<std::byte> ws(gemm_workspace_bytes<TestType>(1, d.M, d.N, d.K, pool.size()));
+      gemm<TestType>(1, d.M, d.N, d.K, A.view, 0, B.view, 0, C.data(), std::ptrdiff_t(d.N), 0, no_epilogue{}, pool, ws,
+                     packed.data());
+      INFO("N " << d.N << " K " << d.K << " threads " << threads);
+      check_against_reference(d, A, B, plain);
+      CHECK(std::memcmp(C.data(), plain.C.data(), d.N * sizeof(TestType)) == 0);
+    }
+  }
+}
+
 TEMPLATE_TEST_CASE("gemm with general strides (neither stride 1)", "[cpu][gemm]", float, double) {
   thread_pool pool(2);
   // A and B sampled every other element of a bigger matrix: row and column strides both > 1.

@@ -390,6 +390,35 @@ void t2_cnn_forward() {
         same(stale, kept) && !same(changed, kept) && same(fresh, changed));
 }
 
+/// options::freezing on a one-row matmul: B's column blocks packed at the first call and kept
+/// (backend/cpu/gemm.hpp's pack_gemv_blocks); the same bits as the plain call, kept while w changes
+/// in place, packed again after refreeze().
+void frozen_gemv() {
+  fb::tensor<float, fb::shape<1, 300>> x;
+  fb::tensor<float, fb::shape<300, 200>> w;
+  fb::tensor<float, fb::shape<200>> b;
+  x.fill_random(71, -1.0f, 1.0f);
+  w.fill_random(72, -0.1f, 0.1f);
+  b.fill_random(73, -0.5f, 0.5f);
+  const auto layer = [](auto x, auto w, auto b) { return fb::relu(fb::matmul(x, w) + b); };
+  auto plain = fb::compile(layer);
+  auto frozen = fb::compile<fb::options{.freezing = true}>([&](auto xi) { return layer(xi, w, b); });
+  fb::tensor<float, fb::shape<1, 200>> y, kept, stale, fresh, changed;
+  plain.run(y, x, w, b);
+  frozen.run(kept, x);
+  const product<1, 300, 200> p(x.data(), w.data());
+  check_all("frozen one-row matmul: relu(x@w + b), 1x300 @ 300x200", kept,
+            [&](std::size_t j) { return std::max(p.value[j] + b.data()[j], 0.0); }, 1e-5);
+  auto same = [](const auto& u, const auto& v) { return std::memcmp(u.data(), v.data(), u.size() * sizeof(float)) == 0; };
+  w.data()[7 * 200 + 50] += 0.5f;  // in the first packed block (columns past the last whole one are read in place)
+  frozen.run(stale, x);
+  plain.run(changed, x, w, b);
+  frozen.refreeze();
+  frozen.run(fresh, x);
+  check("frozen one-row matmul: the same bits as the plain call; w changed in place not seen until refreeze()",
+        same(kept, y) && same(stale, kept) && !same(changed, kept) && same(fresh, changed));
+}
+
 /// The caller's thread pool (options::pool) in place of fusebox's. This one has no threads (the
 /// edge build may have none): it runs every task itself, last first, naming three workers in turn,
 /// and counts what it was given; cpu.thread_pool tests one with real threads.
@@ -607,6 +636,7 @@ int main() {
   softmax_layer_norm();
   conv_and_pool();
   t2_cnn_forward();
+  frozen_gemv();
   on_callers_pool();
   checkpoints();
   bad_input();

@@ -465,9 +465,11 @@ void conv2d_forward(const window& win, const strided<T>& x, const strided<T>& w,
   // With images enough for every thread, a task is a whole image and the epilogue runs after its
   // panels, over whole rows in order: a panel's runs are short and hop between channels (T2's
   // first layer: 1344 epilogue calls an image of ~14 elements, against 768 whole rows in order,
-  // which the epilogue's row addressing follows without divisions). Otherwise (small batches) a
-  // task is one panel, so that the threads share an image.
-  if (g.n >= 4 * std::size_t{pool.size()}) {
+  // which the epilogue's row addressing follows without divisions). So does one thread, whatever
+  // the batch: at batch 1 the per-run epilogue took as long as the products (T2's first layer,
+  // 40 against 15 us). Otherwise (small batches) a task is one panel, so that the threads share
+  // an image.
+  if (g.n >= 4 * std::size_t{pool.size()} || pool.size() == 1) {
     pool.parallel_for(g.n, [&](std::size_t n, unsigned worker) {
       detail::panel_run runs[detail::conv_nr<T> + 1];
       for (std::size_t p0 = 0; p0 < P; p0 += NR) panel(n, p0, worker, runs);

@@ -195,11 +195,22 @@ struct basic_program {
   /// Bytes of the intermediate arena: a constant of the expression type.
   static constexpr std::size_t arena_bytes = plan.arena_bytes;
 
-  /// options::freezing: the bytes kernel k keeps between calls. A conv2d forward by Winograd
-  /// whose weight is a tensor the model captures (a parameter, not an argument), at static
-  /// extents, keeps its transformed weights (cpu::winograd::frozen_bytes); nothing else does.
+  /// options::freezing: the bytes kernel k keeps between calls, made from a weight that is a
+  /// tensor the model captures (a parameter, not an argument), at static extents. A conv2d forward
+  /// by Winograd keeps its transformed weights (cpu::winograd::frozen_bytes); a matmul of one row
+  /// whose B comes from the caches keeps B's column blocks packed for its GEMV
+  /// (gemv_packed_bytes); nothing else keeps anything.
   static constexpr std::size_t frozen_bytes_of(int k) {
     const plan::kernel& kn = plan.kernels[k];
+    if (kn.kind == plan::kernel_kind::matmul) {
+      const ir::node& nd = nodes[kn.node];
+      const ir::node &a = nodes[nd.inputs[0]], &b = nodes[nd.inputs[1]];
+      if (b.desc.kind != node_kind::tensor || !nd.desc.shape.is_static() || !a.desc.shape.is_static() || b.desc.shape.rank != 2)
+        return 0;
+      const mm_sizes sz = matmul_sizes(kn.node, nd.desc.shape, a.desc.shape);
+      if (sz.batch != 1 || sz.m != 1 || sz.k * sz.n * sizeof(T) > cpu::detail::gemm_config<T>::gemv_resident_bytes) return 0;
+      return cpu::detail::round64(cpu::detail::gemv_packed_bytes<T>(sz.n, sz.k));
+    }
     if (kn.kind != plan::kernel_kind::spatial) return 0;
     const ir::node& nd = nodes[kn.node];
     if (nd.desc.win.op != spatial_op::conv2d || nd.n_inputs != 2) return 0;
@@ -935,8 +946,19 @@ struct basic_program {
     const std::ptrdiff_t c_bs = C.shape.rank == 3 ? C.stride[0] : 0;
     const std::size_t scratch = workspace_row_scratch_stride(f) * f.pool->size();
     std::span<std::byte> ws(f.workspace + scratch, f.workspace_bytes - scratch);
+    const T* b_packed = nullptr;  // options::freezing: B's blocks packed once (frozen_bytes_of)
+    if constexpr (frozen_bytes_of(K) > 0)
+      if (f.frozen && bv.col_stride == 1) {
+        T* kept = reinterpret_cast<T*>(f.frozen + frozen_offset(K));
+        const void*& made_from = reinterpret_cast<const void**>(f.frozen)[K];
+        if (made_from != B.data) {
+          cpu::detail::pack_gemv_blocks(sz.k, sz.n, bv.data, bv.row_stride, kept);
+          made_from = B.data;
+        }
+        b_packed = kept;
+      }
     if constexpr (kn.group < 0) {
-      gemm<T>(sz.batch, sz.m, sz.n, sz.k, av, a_bs, bv, b_bs, C.data, ldc, c_bs, no_epilogue{}, *f.pool, ws);
+      gemm<T>(sz.batch, sz.m, sz.n, sz.k, av, a_bs, bv, b_bs, C.data, ldc, c_bs, no_epilogue{}, *f.pool, ws, b_packed);
     } else {
       constexpr int G = kn.group;
       static constexpr id_list ext = external_inputs(G);
@@ -974,7 +996,7 @@ struct basic_program {
           for (; j < j0 + n; ++j) write.template operator()<T, false>(j);
         }
       };
-      gemm<T>(sz.batch, sz.m, sz.n, sz.k, av, a_bs, bv, b_bs, C.data, ldc, c_bs, epilogue, *f.pool, ws);
+      gemm<T>(sz.batch, sz.m, sz.n, sz.k, av, a_bs, bv, b_bs, C.data, ldc, c_bs, epilogue, *f.pool, ws, b_packed);
     }
   }
 
