@@ -25,6 +25,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "edge_models.hpp"
@@ -113,6 +114,20 @@ struct entry {
   std::function<void()> call;
   const float* out;
 };
+
+/// fusebox's two entries: frozen first (parameters captured, options::freezing: fusebox's best
+/// configuration, as XNNPACK's static weights are; the ratios are against it), then the same model
+/// with its parameters as arguments.
+std::vector<entry> fusebox_entries(std::function<void()> frozen, const float* frozen_out, std::function<void()> args,
+                                   const float* args_out) {
+  return {{"fusebox", "frozen",
+           "parameters captured, fb::compile, options{.threads = 1, .freezing = true}, run(out, x) into a caller-owned "
+           "tensor",
+           std::move(frozen), frozen_out},
+          {"fusebox-args", "compiled",
+           "parameters as arguments, fb::compile, options{.threads = 1}, run(out, x, w1, ...) into a caller-owned tensor",
+           std::move(args), args_out}};
+}
 
 /// A peer's model for one kind of parameters, as peers/*.hpp declare them.
 template <class Params>
@@ -253,15 +268,8 @@ bool t2_cnn(const cli& c, table& tab, int& status) {
   auto frozen = fb::compile([&](auto xi) { return model(xi, w1, b1, w2, b2, w3, b3); },
                             fb::options{.threads = 1, .freezing = true});
   fb::tensor<float, fb::shape<1, 10>> yf;
-  // The frozen model first: the ratios are against it (fusebox's best configuration, as XNNPACK's).
-  std::vector<entry> es{{"fusebox", "frozen",
-                         "parameters captured, fb::compile, options{.threads = 1, .freezing = true}, run(out, x) into a "
-                         "caller-owned tensor",
-                         [&] { frozen.run(yf, x); }, yf.data()},
-                        {"fusebox-args", "compiled",
-                         "parameters as arguments, fb::compile, options{.threads = 1}, run(out, x, w1, ...) into a "
-                         "caller-owned tensor",
-                         [&] { net.run(y, x, w1, b1, w2, b2, w3, b3); }, y.data()}};
+  std::vector<entry> es = fusebox_entries([&] { frozen.run(yf, x); }, yf.data(),
+                                          [&] { net.run(y, x, w1, b1, w2, b2, w3, b3); }, y.data());
 
   const P p{w1.data(), b1.data(), w2.data(), b2.data(), w3.data(), b3.data()};
   floats in(P::inputs + edge::runner::input_slack_bytes / sizeof(float));
@@ -299,14 +307,8 @@ bool mlp(const cli& c, table& tab, int& status) {
   // As the CNN: parameters captured and frozen first (W1's column blocks packed once for the GEMV).
   auto frozen = fb::compile([&](auto xi) { return model(xi, w1, b1, w2, b2); }, fb::options{.threads = 1, .freezing = true});
   fb::tensor<float, fb::shape<1, 10>> yf;
-  std::vector<entry> es{{"fusebox", "frozen",
-                         "parameters captured, fb::compile, options{.threads = 1, .freezing = true}, run(out, x) into a "
-                         "caller-owned tensor",
-                         [&] { frozen.run(yf, x); }, yf.data()},
-                        {"fusebox-args", "compiled",
-                         "parameters as arguments, fb::compile, options{.threads = 1}, run(out, x, w1, ...) into a "
-                         "caller-owned tensor",
-                         [&] { net.run(y, x, w1, b1, w2, b2); }, y.data()}};
+  std::vector<entry> es = fusebox_entries([&] { frozen.run(yf, x); }, yf.data(),
+                                          [&] { net.run(y, x, w1, b1, w2, b2); }, y.data());
 
   const P p{w1.data(), b1.data(), w2.data(), b2.data()};
   floats in(P::inputs + edge::runner::input_slack_bytes / sizeof(float));

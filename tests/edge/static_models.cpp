@@ -69,6 +69,12 @@ void check_all(const char* what, const fb::tensor<T, S>& got, Ref ref, double to
   check_all(what, got, ref, [&](std::size_t i) { return 1.0 + std::fabs(ref(i)); }, tol);
 }
 
+/// Whether two float tensors hold the same bits.
+template <class A, class B>
+bool same(const A& a, const B& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
 void check(const char* what, bool ok) {
   ++checks;
   if (!ok) ++failures;
@@ -374,7 +380,6 @@ void t2_cnn_forward() {
   frozen.run(kept, x);
   frozen.run(kept, x);
   const long allocations = heap_allocations.load() - before;
-  auto same = [](const auto& a, const auto& b) { return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0; };
   char line[200];
   std::snprintf(line, sizeof line, "T2 CNN frozen in the caller's memory (%zu bytes): the same bits, %ld allocations",
                 frozen_memory.size, allocations);
@@ -409,7 +414,6 @@ void frozen_gemv() {
   const product<1, 300, 200> p(x.data(), w.data());
   check_all("frozen one-row matmul: relu(x@w + b), 1x300 @ 300x200", kept,
             [&](std::size_t j) { return std::max(p.value[j] + b.data()[j], 0.0); }, 1e-5);
-  auto same = [](const auto& u, const auto& v) { return std::memcmp(u.data(), v.data(), u.size() * sizeof(float)) == 0; };
   w.data()[7 * 200 + 50] += 0.5f;  // in the first packed block (columns past the last whole one are read in place)
   frozen.run(stale, x);
   plain.run(changed, x, w, b);
