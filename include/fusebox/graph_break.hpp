@@ -6,11 +6,10 @@
 // Under fullgraph both are errors: a build error when fullgraph is a template argument of compile,
 // a fusebox::graph_break exception naming the line otherwise.
 // FUSEBOX_LOGS=graph_breaks logs each break site, with its source line, once per process.
-// Depends on: ops/capture.hpp, backend/cpu/report.hpp, runtime/logs.hpp.
+// Depends on: ops/capture.hpp, backend/cpu/report.hpp, runtime/logs.hpp, core/lock.hpp.
 #pragma once
 
 #include <functional>
-#include <mutex>
 #include <set>
 #include <source_location>
 #include <string>
@@ -19,6 +18,7 @@
 
 #include "fusebox/backend/cpu/report.hpp"
 #include "fusebox/core/errors.hpp"
+#include "fusebox/core/lock.hpp"
 #include "fusebox/ops/capture.hpp"
 #include "fusebox/runtime/logs.hpp"
 
@@ -38,7 +38,7 @@ namespace detail {
 /// The break sites already logged (FUSEBOX_LOGS=graph_breaks logs each site once per process, not
 /// once per call; fusebox::reset() forgets them).
 struct logged_breaks {
-  std::mutex mutex;
+  ::fusebox::detail::state_mutex mutex;
   std::set<std::string, std::less<>> sites;
 };
 inline logged_breaks& breaks_logged() {
@@ -47,7 +47,7 @@ inline logged_breaks& breaks_logged() {
 }
 inline void forget_logged_breaks() {
   auto& b = breaks_logged();
-  std::lock_guard lock(b.mutex);
+  ::fusebox::detail::state_lock lock(b.mutex);
   b.sites.clear();
 }
 
@@ -56,7 +56,7 @@ inline void log_break(const char* what, const std::source_location& loc, bool fu
   std::string site = std::string(what) + " at " + where(loc);
   {
     auto& b = breaks_logged();
-    std::lock_guard lock(b.mutex);
+    ::fusebox::detail::state_lock lock(b.mutex);
     if (!b.sites.insert(site).second) return;
   }
   jit::log(jit::log_category::graph_breaks,

@@ -21,7 +21,7 @@
 // and a small per-thread id. Strings are escaped for JSON, and bytes that are not valid UTF-8
 // become U+FFFD, so the file always parses.
 //
-// Depends on: the C++20 standard library, POSIX getpid, fusebox/core/errors.hpp.
+// Depends on: the C++20 standard library, POSIX getpid, fusebox/core/errors.hpp, fusebox/core/lock.hpp.
 #pragma once
 
 #include <atomic>
@@ -31,7 +31,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -40,6 +39,7 @@
 #include <unistd.h>
 
 #include "fusebox/core/errors.hpp"
+#include "fusebox/core/lock.hpp"
 
 namespace fusebox::profile {
 
@@ -67,7 +67,7 @@ inline std::atomic<bool> recording{false};
 
 struct recorder {
   std::atomic<std::uint64_t> session{0};  // bumped by start(): spans never cross sessions
-  std::mutex mutex;                       // guards everything below
+  ::fusebox::detail::state_mutex mutex;  // guards everything below (nothing to guard without threads)
   clock::time_point epoch{};
   std::vector<event> events;
   std::uint64_t dropped = 0;
@@ -161,7 +161,7 @@ inline void append_number(std::string& out, double value) {
 /// Begins a recording session, dropping the events of any earlier one.
 inline void start() {
   auto& r = detail::state();
-  std::lock_guard lock(r.mutex);
+  ::fusebox::detail::state_lock lock(r.mutex);
   r.events.clear();
   r.dropped = 0;
   r.epoch = detail::clock::now();
@@ -179,7 +179,7 @@ inline bool active() noexcept {
 /// Drops every recorded event (recording state unchanged).
 inline void clear() {
   auto& r = detail::state();
-  std::lock_guard lock(r.mutex);
+  ::fusebox::detail::state_lock lock(r.mutex);
   r.events.clear();
   r.dropped = 0;
 }
@@ -187,13 +187,13 @@ inline void clear() {
 /// A copy of the events recorded so far.
 inline std::vector<event> events() {
   auto& r = detail::state();
-  std::lock_guard lock(r.mutex);
+  ::fusebox::detail::state_lock lock(r.mutex);
   return r.events;
 }
 
 inline std::uint64_t dropped() {
   auto& r = detail::state();
-  std::lock_guard lock(r.mutex);
+  ::fusebox::detail::state_lock lock(r.mutex);
   return r.dropped;
 }
 
@@ -205,7 +205,7 @@ inline void instant(std::string_view name, std::string_view category = "fusebox"
   const auto now = detail::clock::now();
   event e{std::string(name), std::string(category), std::string(info), 0, 0,
           detail::thread_number(), true};
-  std::lock_guard lock(r.mutex);
+  ::fusebox::detail::state_lock lock(r.mutex);
   if (!detail::recording.load(std::memory_order_relaxed)) return;
   if (r.events.size() >= max_events) {
     ++r.dropped;
@@ -221,7 +221,7 @@ inline void add_span(std::string_view name, std::string_view category, double du
   if (!detail::recording.load(std::memory_order_relaxed)) return;
   auto& r = detail::state();
   const auto now = detail::clock::now();
-  std::lock_guard lock(r.mutex);
+  ::fusebox::detail::state_lock lock(r.mutex);
   if (!detail::recording.load(std::memory_order_relaxed)) return;
   if (r.events.size() >= max_events) {
     ++r.dropped;
@@ -308,7 +308,7 @@ class scoped_span {
     if (!on_) return;
     const auto end = detail::clock::now();
     auto& r = detail::state();
-    std::lock_guard lock(r.mutex);
+    ::fusebox::detail::state_lock lock(r.mutex);
     if (!detail::recording.load(std::memory_order_relaxed) ||
         r.session.load(std::memory_order_relaxed) != session_)
       return;

@@ -14,6 +14,13 @@
 #include <fusebox/io/safetensors.hpp>
 #include <fusebox/nn/parameters.hpp>
 
+// Without threads fusebox includes none of the threads headers (a toolchain without threads
+// support has none): the process-wide state takes core/lock.hpp's lock that does nothing.
+#if defined(FUSEBOX_NO_THREADS) && defined(__GLIBCXX__) && \
+    (defined(_GLIBCXX_MUTEX) || defined(_GLIBCXX_THREAD) || defined(_GLIBCXX_CONDITION_VARIABLE))
+#error "FUSEBOX_NO_THREADS: a fusebox header included <mutex>, <thread> or <condition_variable>"
+#endif
+
 #include <atomic>
 #include <cmath>
 #include <csetjmp>

@@ -14,7 +14,7 @@
 // in a warm-start test) makes every compile throw `compile_forbidden`, so a test can prove that
 // a process with a warm cache compiled nothing. Compilers call `check_compile_allowed()` first.
 //
-// Depends on: the C++20 standard library and fusebox/core/{environment,errors}.hpp.
+// Depends on: the C++20 standard library and fusebox/core/{environment,errors,linkage,lock}.hpp.
 #pragma once
 
 #include <atomic>
@@ -22,7 +22,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <deque>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,6 +29,7 @@
 #include "fusebox/core/environment.hpp"
 #include "fusebox/core/errors.hpp"
 #include "fusebox/core/linkage.hpp"
+#include "fusebox/core/lock.hpp"
 
 namespace fusebox::jit {
 
@@ -99,7 +99,7 @@ class counter_set {
   void add_recompile(std::string reason);
 
   std::vector<std::string> recompile_reasons() const {
-    std::lock_guard lock(mutex_);
+    ::fusebox::detail::state_lock lock(mutex_);
     return {reasons_.begin(), reasons_.end()};
   }
 
@@ -110,7 +110,7 @@ class counter_set {
 
  private:
   std::atomic<std::uint64_t> compile_nanoseconds_{0};
-  mutable std::mutex mutex_;  // guards reasons_ and dropped_
+  mutable ::fusebox::detail::state_mutex mutex_;  // guards reasons_ and dropped_
   std::deque<std::string> reasons_;
   std::uint64_t dropped_ = 0;
 };
@@ -141,7 +141,7 @@ FUSEBOX_RUNTIME_API void check_compile_allowed(std::string_view what);
 #if FUSEBOX_RUNTIME_BODIES
 FUSEBOX_RUNTIME_API void counter_set::add_recompile(std::string reason) {
   recompiles.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard lock(mutex_);
+  ::fusebox::detail::state_lock lock(mutex_);
   if (reasons_.size() == max_reasons) {
     reasons_.pop_front();
     ++dropped_;
@@ -169,7 +169,7 @@ FUSEBOX_RUNTIME_API counter_snapshot counter_set::snapshot() const {
   s.autotune_from_disk = autotune_from_disk.load(std::memory_order_relaxed);
   s.fast_path_calls = fast_path_calls.load(std::memory_order_relaxed);
   s.compile_seconds = compile_seconds();
-  std::lock_guard lock(mutex_);
+  ::fusebox::detail::state_lock lock(mutex_);
   s.recompile_reasons_dropped = dropped_;
   s.recompile_reasons.assign(reasons_.begin(), reasons_.end());
   return s;
@@ -181,7 +181,7 @@ FUSEBOX_RUNTIME_API void counter_set::reset() {
                   &rollback_calls, &autotune_timed, &autotune_from_disk, &fast_path_calls})
     c->store(0, std::memory_order_relaxed);
   compile_nanoseconds_.store(0, std::memory_order_relaxed);
-  std::lock_guard lock(mutex_);
+  ::fusebox::detail::state_lock lock(mutex_);
   reasons_.clear();
   dropped_ = 0;
 }

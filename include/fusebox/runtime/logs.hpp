@@ -11,7 +11,7 @@
 // from several threads never interleave. When a category is off, `enabled()` is one relaxed
 // atomic load: test it before building an expensive message.
 //
-// Depends on: the C++20 standard library and fusebox/core/{environment,linkage}.hpp.
+// Depends on: the C++20 standard library and fusebox/core/{environment,linkage,lock}.hpp.
 #pragma once
 
 #include <atomic>
@@ -19,7 +19,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <mutex>
 #include <set>
 #include <string>
 #include <string_view>
@@ -27,6 +26,7 @@
 
 #include "fusebox/core/environment.hpp"
 #include "fusebox/core/linkage.hpp"
+#include "fusebox/core/lock.hpp"
 
 namespace fusebox::jit {
 
@@ -63,7 +63,7 @@ inline void write_stderr_line(std::string_view line) {
 }
 
 struct log_state {
-  std::mutex mutex;  // serialises output and guards `sink` and `warned`
+  ::fusebox::detail::state_mutex mutex;  // serialises output and guards `sink` and `warned`
   std::function<void(std::string_view)> sink;  // empty: stderr
   std::set<std::string, std::less<>> warned;   // unknown names already reported
   std::atomic<std::uint32_t> mask{0};
@@ -71,7 +71,7 @@ struct log_state {
   void warn_unknown(std::string_view name);
 
   void emit(std::string_view line) {
-    std::lock_guard lock(mutex);
+    ::fusebox::detail::state_lock lock(mutex);
     if (sink)
       sink(line);
     else
@@ -141,7 +141,7 @@ namespace detail {
 FUSEBOX_RUNTIME_API void log_state::warn_unknown(std::string_view name) {
   std::string line;
   {
-    std::lock_guard lock(mutex);
+    ::fusebox::detail::state_lock lock(mutex);
     if (!warned.emplace(name).second) return;
     line = "[fusebox] warning: FUSEBOX_LOGS: unknown category '" + std::string(name) +
            "' ignored (known: recompiles, guards, graph_breaks, kernels, cache, output_code, "
@@ -187,7 +187,7 @@ FUSEBOX_RUNTIME_API void set_log(log_category category, bool on) {
 
 FUSEBOX_RUNTIME_API void set_log_sink(std::function<void(std::string_view)> sink) {
   auto& state = detail::logs();
-  std::lock_guard lock(state.mutex);
+  ::fusebox::detail::state_lock lock(state.mutex);
   state.sink = std::move(sink);
 }
 
@@ -205,7 +205,7 @@ FUSEBOX_RUNTIME_API void log(log_category category, std::string_view message) {
   auto& state = detail::logs();
   // The lock is held across every line, so a multi-line message (output_code) stays in one
   // piece; stderr gets it in one write, a sink one line per call.
-  std::lock_guard lock(state.mutex);
+  ::fusebox::detail::state_lock lock(state.mutex);
   if (!state.sink) {
     detail::write_stderr_line(text);
     return;

@@ -19,7 +19,8 @@
 // one thread-local load: default mode runs exactly what it ran before. A kernel that is being
 // timed does not tune what it calls.
 // FUSEBOX_LOGS=autotune prints each candidate's median and the choice.
-// Depends on: runtime/logs.hpp, runtime/counters.hpp (standard library only), backend/cpu/thread_pool.hpp.
+// Depends on: runtime/logs.hpp, runtime/counters.hpp (standard library only), backend/cpu/thread_pool.hpp,
+// core/lock.hpp.
 #pragma once
 
 #include <algorithm>
@@ -29,13 +30,13 @@
 #include <cstddef>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "fusebox/backend/cpu/thread_pool.hpp"
 #include "fusebox/core/linkage.hpp"
+#include "fusebox/core/lock.hpp"
 #include "fusebox/runtime/counters.hpp"
 #include "fusebox/runtime/logs.hpp"
 
@@ -111,7 +112,7 @@ struct problem_id {
 
 namespace detail {
 struct winners {
-  std::mutex mutex;
+  ::fusebox::detail::state_mutex mutex;
   std::map<problem_id, std::size_t> chosen;  // problem -> candidate index
 };
 inline winners& memory() {
@@ -183,13 +184,13 @@ FUSEBOX_RUNTIME_API std::vector<double> median_seconds(const std::vector<candida
 
 FUSEBOX_RUNTIME_API void forget() {
   auto& m = detail::memory();
-  std::lock_guard lock(m.mutex);
+  ::fusebox::detail::state_lock lock(m.mutex);
   m.chosen.clear();
 }
 
 FUSEBOX_RUNTIME_API std::size_t known() {
   auto& m = detail::memory();
-  std::lock_guard lock(m.mutex);
+  ::fusebox::detail::state_lock lock(m.mutex);
   return m.chosen.size();
 }
 
@@ -199,7 +200,7 @@ FUSEBOX_RUNTIME_API std::size_t choose_among(const problem_id& id, std::size_t n
   if (n <= 1) return 0;
   auto& m = detail::memory();
   {
-    std::lock_guard lock(m.mutex);
+    ::fusebox::detail::state_lock lock(m.mutex);
     if (auto it = m.chosen.find(id); it != m.chosen.end()) return it->second;
   }
   const std::string problem = text();
@@ -208,7 +209,7 @@ FUSEBOX_RUNTIME_API std::size_t choose_among(const problem_id& id, std::size_t n
     if (auto stored = disk->load(problem, n); stored && *stored < n) {
       jit::counters().autotune_from_disk.fetch_add(1, std::memory_order_relaxed);
       jit::log(jit::log_category::autotune, problem + ": candidate #" + std::to_string(*stored) + " from the cache");
-      std::lock_guard lock(m.mutex);
+      ::fusebox::detail::state_lock lock(m.mutex);
       return m.chosen.emplace(id, *stored).first->second;
     }
   const std::vector<candidate> cands = make();
@@ -232,7 +233,7 @@ FUSEBOX_RUNTIME_API std::size_t choose_among(const problem_id& id, std::size_t n
     jit::log(jit::log_category::autotune, line + " chose #" + std::to_string(best) + " (" + cands[best].name + ")");
   }
   if (disk) disk->save(problem, n, best, cands[best].name);
-  std::lock_guard lock(m.mutex);
+  ::fusebox::detail::state_lock lock(m.mutex);
   return m.chosen.emplace(id, best).first->second;
 }
 #endif
