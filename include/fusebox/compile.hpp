@@ -227,7 +227,9 @@ class compiled {
   /// at least memory_bytes<Args...>(threads()) bytes for the arguments it will be called with, and
   /// not used by another call at the same time) instead of memory it allocates. A call that needs
   /// more is an error naming both sizes. Calls with dyn extents and eager rollbacks still allocate.
-  /// An empty span gives the calls back memory of the function's own.
+  /// Under options::freezing the memory also holds the kept weights, made again at the next call:
+  /// give each function memory of its own. An empty span gives the calls back memory of the
+  /// function's own.
   void use_memory(std::span<std::byte> memory) {
     if (reinterpret_cast<std::uintptr_t>(memory.data()) % storage_alignment != 0)
       FUSEBOX_THROW(invalid_argument("fusebox: compiled::use_memory: the memory is not " +

@@ -295,6 +295,33 @@ void conv_and_pool() {
 
 /// BENCHMARKS.md's T2 network (examples/fashion_cnn.hpp), its forward pass at batch 2:
 /// [2,1,28,28] -> conv 5x5 32, relu, max-pool 2 -> conv 5x5 64, relu, max-pool 2 -> linear 1024 -> 10.
+// Bad input: with exceptions the error is thrown; without, it reaches the error handler, which
+// must not return. This one records the message and jumps back (the test's way of not returning).
+std::jmp_buf after_error;
+char error_message[512];
+
+/// The message of the error `call` raises ("" if none).
+template <class Call>
+std::string message_of(Call&& call) {
+  fb::set_error_handler([](const std::exception& e) {
+    std::snprintf(error_message, sizeof error_message, "%s", e.what());
+    std::longjmp(after_error, 1);
+  });
+  error_message[0] = '\0';
+#if FUSEBOX_HAS_EXCEPTIONS
+  try {
+    call();
+  } catch (const fb::error& e) {
+    std::snprintf(error_message, sizeof error_message, "%s", e.what());
+  }
+#else
+  if (setjmp(after_error) == 0) call();
+#endif
+  fb::set_error_handler(nullptr);
+  std::printf("     the error: %s\n", error_message);
+  return std::string(error_message);
+}
+
 void t2_cnn_forward() {
   fb::tensor<float, fb::shape<2, 1, 28, 28>> x;
   fb::tensor<float, fb::shape<32, 1, 5, 5>> w1;
@@ -400,6 +427,19 @@ void t2_cnn_forward() {
   frozen.run(fresh, x);
   check("T2 CNN frozen: w2 changed in place is not seen until refreeze(), then it is",
         same(stale, kept) && !same(changed, kept) && same(fresh, changed));
+  // Memory sized without the kept weights: an error naming them and both sizes; nothing written.
+  static fb::static_memory<decltype(net), 1, decltype(x), decltype(w1), decltype(b1), decltype(w2), decltype(b2),
+                           decltype(w3), decltype(b3)>
+      unfrozen_memory;  // the same model's size without freezing: short by the kept weights' index at least
+  frozen.use_memory(unfrozen_memory.span());
+  fb::tensor<float, fb::shape<2, 10>> untouched;
+  untouched.fill_random(68, -1.0f, 1.0f);
+  const float before_value = untouched.data()[3];
+  const std::string msg = message_of([&] { frozen.run(untouched, x); });
+  check("frozen, memory short of the kept weights: an error naming them and both sizes, nothing written",
+        msg.find("frozen weights") != std::string::npos && msg.find("memory_bytes") != std::string::npos &&
+            msg.find(std::to_string(unfrozen_memory.size) + " bytes") != std::string::npos &&
+            untouched.data()[3] == before_value);
 }
 
 /// options::freezing on a one-row matmul: B's column blocks packed at the first call and kept
@@ -470,33 +510,6 @@ void on_callers_pool() {
   std::snprintf(line, sizeof line, "on the caller's pool: it ran %zu jobs of %zu tasks, and f.threads() is 3", state.jobs,
                 state.tasks);
   check(line, state.jobs > 0 && state.tasks > state.jobs && f.threads() == 3);
-}
-
-// Bad input: with exceptions the error is thrown; without, it reaches the error handler, which
-// must not return. This one records the message and jumps back (the test's way of not returning).
-std::jmp_buf after_error;
-char error_message[512];
-
-/// The message of the error `call` raises ("" if none).
-template <class Call>
-std::string message_of(Call&& call) {
-  fb::set_error_handler([](const std::exception& e) {
-    std::snprintf(error_message, sizeof error_message, "%s", e.what());
-    std::longjmp(after_error, 1);
-  });
-  error_message[0] = '\0';
-#if FUSEBOX_HAS_EXCEPTIONS
-  try {
-    call();
-  } catch (const fb::error& e) {
-    std::snprintf(error_message, sizeof error_message, "%s", e.what());
-  }
-#else
-  if (setjmp(after_error) == 0) call();
-#endif
-  fb::set_error_handler(nullptr);
-  std::printf("     the error: %s\n", error_message);
-  return std::string(error_message);
 }
 
 // Nothing allocated at all: the tensors over the program's own arrays (one of them 4 bytes past
