@@ -6,12 +6,13 @@
 # compile options (in practice once per -O level: GCC takes a precompiled header only when the
 # options match, which CMake's REUSE_FROM does not check).
 #
-#   fusebox_test_pch(<target> TEST|COMPILE_FAIL)
+#   fusebox_test_pch(<target>)
 #       Marks a target; at the end of tests/CMakeLists.txt (when options added after the target
 #       was made, such as its -O level, are known) it gets the precompiled header of its options,
 #       if each of its sources includes <fusebox/fusebox.hpp> itself and at least four files
-#       share those options. TEST: Catch2 and fusebox, with the tests' warnings; COMPILE_FAIL:
-#       fusebox alone, without them.
+#       share those options. The header is Catch2 and fusebox, made with the tests' warnings; the
+#       compile-fail builds (no warnings, no Catch2 of their own) read it too: GCC lets warning
+#       options differ, and Catch2's macros are names no fusebox file uses.
 #
 # The header is force-included (-include) before a file's first line, so a test must not define
 # a macro that a fusebox header reads before including it: no header reads one today except
@@ -21,11 +22,11 @@
 
 option(FUSEBOX_TEST_PCH "Build the tests with precompiled headers (GCC only)" ON)
 
-function(fusebox_test_pch target kind)
-  if(NOT kind MATCHES "^(TEST|COMPILE_FAIL)$")
-    message(FATAL_ERROR "fusebox_test_pch(${target} ${kind}): the kind is TEST or COMPILE_FAIL")
+function(fusebox_test_pch target)
+  if(ARGN)
+    message(FATAL_ERROR "fusebox_test_pch(${target}): unexpected arguments ${ARGN}")
   endif()
-  set_property(DIRECTORY APPEND PROPERTY FUSEBOX_TEST_PCH_TARGETS "${target}|${kind}")
+  set_property(DIRECTORY APPEND PROPERTY FUSEBOX_TEST_PCH_TARGETS "${target}")
 endfunction()
 
 function(_fusebox_test_pch_apply)
@@ -34,13 +35,9 @@ function(_fusebox_test_pch_apply)
   endif()
   get_property(marked DIRECTORY PROPERTY FUSEBOX_TEST_PCH_TARGETS)
 
-  # Which donor each target would use: one per kind and option list.
+  # Which donor each target would use: one per option list.
   set(keys "")
-  set(users "")
-  foreach(entry IN LISTS marked)
-    string(REPLACE "|" ";" entry "${entry}")
-    list(GET entry 0 target)
-    list(GET entry 1 kind)
+  foreach(target IN LISTS marked)
 
     set(includes_umbrella TRUE)
     get_target_property(sources ${target} SOURCES)
@@ -67,12 +64,11 @@ function(_fusebox_test_pch_apply)
     # A header is precompiled with code generation on; the compile-fail builds that take it stop
     # before code generation (-fsyntax-only), which GCC does not require to match.
     list(REMOVE_ITEM options -fsyntax-only)
-    string(SHA1 key "${kind};${options}")
+    string(SHA1 key "${options}")
     string(SUBSTRING "${key}" 0 8 key)
-    string(TOLOWER "fusebox_test_pch_${kind}_${key}" key)
+    string(TOLOWER "fusebox_test_pch_${key}" key)
     if(NOT key IN_LIST keys)
       list(APPEND keys ${key})
-      set(kind_${key} ${kind})
       set(options_${key} "${options}")
       set(targets_${key} "")
     endif()
@@ -91,13 +87,8 @@ function(_fusebox_test_pch_apply)
     file(CONFIGURE OUTPUT "${source}" CONTENT "// The precompiled header is all this target makes.\n")
     add_library(${donor} OBJECT "${source}")
     target_link_libraries(${donor} PRIVATE fusebox::fusebox fusebox_native_flags)
-    if(kind_${donor} STREQUAL "TEST")
-      target_link_libraries(${donor} PRIVATE fusebox_test_warnings Catch2::Catch2 fusebox_test_extern_runtime)
-      target_precompile_headers(${donor} PRIVATE <catch2/catch.hpp> <fusebox/fusebox.hpp>)
-    else()
-      target_link_libraries(${donor} PRIVATE fusebox_test_extern_runtime)
-      target_precompile_headers(${donor} PRIVATE <fusebox/fusebox.hpp>)
-    endif()
+    target_link_libraries(${donor} PRIVATE fusebox_test_warnings Catch2::Catch2 fusebox_test_extern_runtime)
+    target_precompile_headers(${donor} PRIVATE <catch2/catch.hpp> <fusebox/fusebox.hpp>)
     if(options_${donor})
       target_compile_options(${donor} PRIVATE ${options_${donor}})
     endif()
