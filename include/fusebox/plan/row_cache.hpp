@@ -1,17 +1,27 @@
 // plan/row_cache.hpp: pass `row_cache`, inside each rows kernel: the reduction passes in order,
 // twins that read an earlier member's value (same_as), and the per-row scratch. A costly member
-// (>= 8 flops of inline work) needed by two or more passes is written to a per-thread row scratch
-// in its first pass and read back later (`cache_slot`). A call where twins differ computes every
-// member inline and uses no scratch (backend/cpu/executor.hpp).
+// (>= 8 flops of inline work, a division counting 8) needed by two or more passes is written to a
+// per-thread row scratch in its first pass and read back later (`cache_slot`). A call where twins
+// differ computes every member inline and uses no scratch (backend/cpu/executor.hpp).
 // Depends on: plan/planning.hpp.
 #pragma once
 
 #include <array>
 #include <cstddef>
+#include <string_view>
 
 #include "fusebox/plan/planning.hpp"
 
 namespace fusebox::plan {
+
+/// What computing a member inline once more costs, in the ops' own unit (`flops`: an add 1, exp
+/// 16): its flops, but a division counts 8. A vector divide issues once every 3-3.5 cycles on Zen 4
+/// (0.10 ns a float at AVX2 and at AVX-512 alike) where fmas issue two a cycle, and every other
+/// op's figure already counts its instructions. softmax's quotient e / s, read by the three passes
+/// of a layer_norm after it, was recomputed in each of them (docs/benchmarks.md, run AO).
+constexpr int inline_cost(const node_desc& d) {
+  return std::string_view(d.name) == "div" ? 8 : d.flops;
+}
 
 template <std::size_t N>
 constexpr void row_cache(planning<N>& s) {
@@ -49,7 +59,7 @@ constexpr void row_cache(planning<N>& s) {
     };
     for (int i = 0; i < n; ++i) {
       if (!inline_member(i)) continue;
-      cost[i] = nodes[i].desc.flops;
+      cost[i] = inline_cost(nodes[i].desc);
       for (int q = 0; q < nodes[i].n_inputs; ++q) {
         const int in = nodes[i].inputs[q];
         if (p.group[in] == k.group && !p.materialised[in]) cost[i] += cost[in];
@@ -83,7 +93,7 @@ constexpr void row_cache(planning<N>& s) {
     k.cached = 0;
     for (int i = 0; i < n; ++i) {
       if (!inline_member(i)) continue;
-      cost[i] = nodes[i].desc.flops;
+      cost[i] = inline_cost(nodes[i].desc);
       for (int q = 0; q < nodes[i].n_inputs; ++q) {
         const int in = nodes[i].inputs[q];
         if (p.group[in] == k.group && !p.materialised[in] && p.cache_slot[in] < 0) cost[i] += cost[in];
