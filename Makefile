@@ -4,12 +4,15 @@
 #   make demo    build and run examples/quickstart
 #   make test    build everything and run all tests (exit status is the test result)
 #   make train   install Fashion-MNIST, build examples/train_fashion_mnist (-O3) and train T1
-#   make bench   build the benchmarks in build-bench/ and run bench/run_all
+#   make bench   build the benchmarks in build-bench/ and run bench/run_all (ISA=avx2: at AVX2)
 #   make deps    check (and, as root, install) the Debian packages the build needs
 #   make clean   remove the build directories
 
 BUILD_DIR  ?= build
-BENCH_DIR  ?= build-bench
+# The vector ISA of `make bench` (issue 24): native, avx2 (-march=x86-64-v3: AVX2 + FMA; OpenBLAS,
+# libtorch and the JIT pinned to it too) or avx512 (x86-64-v4). Each has its own build directory.
+ISA        ?= native
+BENCH_DIR  ?= $(if $(filter native,$(ISA)),build-bench,build-bench-$(ISA))
 BUILD_TYPE ?= Release
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE      ?= cmake
@@ -90,13 +93,20 @@ train: test-deps
 	$(CMAKE) --build $(BUILD_DIR) --target train_fashion_mnist -j $(JOBS)
 	./$(BUILD_DIR)/examples/train_fashion_mnist $(TRAIN_ARGS)
 
+ISA_MARCH_native := native
+ISA_MARCH_avx2   := x86-64-v3
+ISA_MARCH_avx512 := x86-64-v4
+
 bench: bench-deps
 	@if [ ! -f bench/CMakeLists.txt ]; then \
 	  echo "bench: bench/CMakeLists.txt does not exist yet; nothing to build"; exit 0; \
 	fi; \
+	if [ -z "$(ISA_MARCH_$(ISA))" ]; then \
+	  echo "bench: ISA=$(ISA) is not one of native, avx2, avx512" >&2; exit 2; \
+	fi; \
 	set -e; \
 	$(CMAKE) -S . -B $(BENCH_DIR) -DCMAKE_BUILD_TYPE=Release -DFUSEBOX_BUILD_BENCH=ON \
-	  -DFUSEBOX_BUILD_TESTS=OFF -DFUSEBOX_BUILD_EXAMPLES=OFF $(CMAKE_ARGS); \
+	  -DFUSEBOX_ARCH=$(ISA_MARCH_$(ISA)) -DFUSEBOX_BUILD_TESTS=OFF -DFUSEBOX_BUILD_EXAMPLES=OFF $(CMAKE_ARGS); \
 	$(CMAKE) --build $(BENCH_DIR) -j $(JOBS); \
 	if [ -x $(BENCH_DIR)/bench/run_all ]; then \
 	  ./$(BENCH_DIR)/bench/run_all; \
@@ -105,4 +115,4 @@ bench: bench-deps
 	fi
 
 clean:
-	rm -rf $(BUILD_DIR) $(BENCH_DIR)
+	rm -rf $(BUILD_DIR) build-bench build-bench-avx2 build-bench-avx512 $(BENCH_DIR)

@@ -552,6 +552,12 @@ void print_table(const std::vector<record>& all) {
       threads.insert(r.threads);
     }
 
+  std::set<std::string> isas;
+  for (const auto& r : all) isas.insert(r.isa);
+  std::string isa_list;
+  for (const auto& i : isas) isa_list += (isa_list.empty() ? "" : ", ") + i;
+  std::printf("\nVector ISA of the programs measured: %s%s\n", isa_list.c_str(),
+              isas.size() > 1 ? " (MIXED: a table holds for one ISA only)" : "");
   std::printf("\nLimits (measured in this run%s; the floors below use these)\n",
               max_rounds > 1 ? ", the best of the runs" : ", the best of the start and the end");
   table lt({"threads", "STREAM copy GB/s", "STREAM triad GB/s", "read-only GB/s", "sgemm 4096^3 GFLOP/s"});

@@ -348,6 +348,26 @@ inline stream_result stream(unsigned threads, std::size_t array_bytes = std::siz
 
 // ---- records: JSON lines and the table ------------------------------------------------------
 
+/// The vector ISA this program was compiled for (-march), which every CPU figure holds only for:
+/// the widest the compiler's predefined macros name.
+constexpr const char* build_isa() {
+#if defined(__AVX512F__)
+  return "avx512";
+#elif defined(__AVX2__) && defined(__FMA__)
+  return "avx2+fma";
+#elif defined(__AVX2__)
+  return "avx2";
+#elif defined(__AVX__)
+  return "avx";
+#elif defined(__aarch64__)
+  return "neon64";
+#elif defined(__SSE2__)
+  return "sse2";
+#else
+  return "scalar";
+#endif
+}
+
 /// One measurement, with the fields of BENCHMARKS.md. Negative numbers mean "does not apply" and
 /// are left out of the JSON.
 struct record {
@@ -360,6 +380,7 @@ struct record {
   double gbps = -1, gflops = -1, max_rel_err = -1, compile_s = -1;
   double bytes = -1, flops = -1;  ///< the work a floor is computed from
   std::string traffic;            ///< "read" (all bytes are reads) or "read_write"
+  std::string isa = build_isa();  ///< the ISA of the program that measured it
   int warmup = -1, iters = -1;
 
   void set(const timing& t) {
@@ -407,6 +428,7 @@ inline std::string to_json(const record& r) {
   if (!r.traffic.empty()) s += ",\"traffic\":" + detail::json_string(r.traffic);
   if (!r.config.empty()) s += ",\"config\":" + detail::json_string(r.config);
   if (!r.note.empty()) s += ",\"note\":" + detail::json_string(r.note);
+  s += ",\"isa\":" + detail::json_string(r.isa);
   return s + "}";
 }
 
@@ -450,6 +472,7 @@ inline bool from_json(const std::string& line, record& r) {
   r.warmup = static_cast<int>(num("warmup")), r.iters = static_cast<int>(num("iters"));
   r.round = static_cast<int>(num("round"));
   r.bytes = num("bytes"), r.flops = num("flops"), r.traffic = kv["traffic"];
+  r.isa = kv.count("isa") ? kv["isa"] : "unrecorded";
   return true;
 }
 
