@@ -60,9 +60,10 @@
 //   C: each KC step loads and stores the C block once, and with other processes sharing the L3
 //   those passes go to memory.
 //   KC = 512 in case 5: 8 passes over C for K = 4096 (KC = 256: 16 passes, ~7% slower there;
-//     the A block MC x KC is 512 KiB, in L2). KC = 256 in case 4, where the C^T tile lives in a
-//     per-thread scratch (L1) anyway and the packed A^T panel of KC x NR is 32 KiB (128 was 5%
-//     slower, 512 no faster).
+//     the A block MC x KC is 512 KiB, in L2). KC = 256 in case 4 with AVX-512, where the C^T tile
+//     lives in a per-thread scratch (L1) anyway and the packed A^T panel of KC x NR is 32 KiB (128
+//     was 5% slower, 512 no faster); 512 with AVX2, whose NR is half as wide: the same 32 KiB,
+//     and 3-7% faster than 256 (run AO).
 //   MC = 32 * MR (256 rows with AVX-512): one A block for M = 256, reused by every B panel of
 //     the task (144 rows measured ~10% slower). M blocks are equalised to a multiple of MR.
 //   NC = 2048: the packed B panel (KC x NC, 4 MiB of floats, double-buffered) lives in L3.
@@ -154,7 +155,11 @@ struct gemm_config {
   static constexpr std::size_t nv = 2;                               // vectors per tile row
   static constexpr std::size_t nr = nv * w;                          // tile columns
   static constexpr std::size_t mr = vector_registers >= 32 ? 8 : 6;  // tile rows
-  static constexpr std::size_t kc = 256;          // K block (case 4)
+  // K block (case 4): the packed A^T panel (KC x NR) at 32 KiB. With 16 registers (AVX2) NR is
+  // half AVX-512's, and KC 512 against 256 took M = 256, K = N = 4096 from 0.98-1.03x to
+  // 1.04-1.08x OpenBLAS at 1 and 2 threads (M = 32: 1.61-1.84x either way; docs/benchmarks.md,
+  // run AO). NEON (32 registers, 4 lanes) keeps 256, unmeasured.
+  static constexpr std::size_t kc = vector_registers >= 32 ? 256 : 512;
   static constexpr std::size_t kc_blocked = 512;  // K block (case 5)
   static constexpr std::size_t mc = 32 * mr;      // rows of the packed A block per task (L2)
   static constexpr std::size_t nc = 2048;         // columns of the packed B panel (L3)
