@@ -78,7 +78,7 @@ FUSEBOX_UNARY_OP(silu, 22, vmath::silu(x), x < -200.0f ? -0.0f : x / (1.0f + exp
 FUSEBOX_BINARY_OP(add, 1, a + b, a + b)
 FUSEBOX_BINARY_OP(sub, 1, a - b, a - b)
 FUSEBOX_BINARY_OP(mul, 1, a * b, a * b)
-FUSEBOX_BINARY_OP(div, 1, a / b, a / b)
+FUSEBOX_BINARY_OP(div, 1, vmath::div(a, b), a / b)
 FUSEBOX_BINARY_OP(pow, 40, math::pow(a, b), powf(a, b))
 FUSEBOX_BINARY_OP(maximum, 1, math::maximum(a, b), b != b ? b : (a < b ? b : a))
 FUSEBOX_BINARY_OP(minimum, 1, math::minimum(a, b), b != b ? b : (b < a ? b : a))
@@ -148,7 +148,7 @@ struct zeros_like {
 FUSEBOX_BACKWARD_OP(abs_backward, 3,
                     math::select(math::gt(v, V(0)), g, math::select(math::lt(v, V(0)), math::neg(g), g * V(0))),
                     b > 0.0f ? a : (b < 0.0f ? -a : a * 0.0f))
-FUSEBOX_BACKWARD_OP(sqrt_backward, 2, g / (V(2) * v), a / (2.0f * b))
+FUSEBOX_BACKWARD_OP(sqrt_backward, 2, vmath::div(g, V(2) * v), a / (2.0f * b))
 // rsqrt: -0.5 last, as 0.5 g underflows for a denormal g (then 0 inf = NaN at y = inf); scaling by a
 // power of two is exact, so ordinary values keep their bits.
 FUSEBOX_BACKWARD_OP(rsqrt_backward, 4, g * v * v * v * V(-0.5), a * b * b * b * -0.5f)
@@ -202,7 +202,7 @@ FUSEBOX_BACKWARD_OP(where_backward_false, 1, math::select(v, V(0), g), b != 0.0f
     }                                                        \
   };
 // d(a / b)/db = -g y / b, with a = y (the quotient) and b the divisor
-FUSEBOX_BACKWARD_OP3(div_rhs_backward, 3, math::neg(g) * a / b, -c * a / b)
+FUSEBOX_BACKWARD_OP3(div_rhs_backward, 3, vmath::div(math::neg(g) * a, b), -c * a / b)
 // d(a^b)/da = g b a^(b-1) (a, b: the operands); g 0 where b = 0, as torch masks it (b a^(b-1) would
 // be 0 inf = NaN at a = 0)
 FUSEBOX_BACKWARD_OP3(pow_base_backward, 43, math::select(math::eq(b, V(0)), g * V(0), g * b * math::pow(a, b - V(1))),

@@ -140,6 +140,25 @@ inline xsimd::batch<T, A> fma(xsimd::batch<T, A> const& a, xsimd::batch<T, A> co
         return xsimd::fma(a, b, c);
 }
 
+// a / b, correctly rounded in every lane. xsimd 8 has no float division kernel for NEON64: it
+// falls back to 32-bit NEON's reciprocal estimate and two Newton steps, so a / b was rounded
+// twice (a lane 1 ulp from the scalar tail's quotient: tests/cpu/vmath.cpp under qemu-aarch64 had
+// tanh at 3.3 ulp, sigmoid 3.1, and 10^5 scalar/batch mismatches each; docs/benchmarks.md, run
+// AO). AArch64 has the instruction.
+template <class T>
+inline T div(T a, T b) noexcept {
+    return a / b;
+}
+template <class T, class A>
+inline xsimd::batch<T, A> div(xsimd::batch<T, A> const& a, xsimd::batch<T, A> const& b) noexcept {
+#if XSIMD_WITH_NEON64
+    if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::neon64, A>)
+        return vdivq_f32(a, b);
+    else
+#endif
+        return a / b;
+}
+
 template <class T>
     requires std::is_floating_point_v<T>
 inline T select(bool m, T a, T b) noexcept {
@@ -454,7 +473,7 @@ inline V log1p_kernel(V const& f) noexcept {
     } else {
         // A degree-22 polynomial would be needed for double on [-1/3, 1/3]; the atanh form needs
         // one division and eight coefficients.
-        V s = f / (f + V(2));
+        V s = detail::div(f, f + V(2));
         V z = s * s;
         return detail::fma(-s, detail::fma(-z, detail::horner(z, C::log_r), f), f);
     }
@@ -524,7 +543,7 @@ inline V erfc_scaled(V const& z) noexcept {
     using T = lane_t<V>;
     using C = consts<T>;
     if constexpr (std::is_same_v<T, float>) {
-        V t = V(1) / detail::fma(V(C::erfc_p), z, V(1));
+        V t = detail::div(V(1), detail::fma(V(C::erfc_p), z, V(1)));
         return t * detail::horner(t, C::erfc_g);
     } else {
         // R = t G(t) amplifies the rounding of t by |d log R / d log t| = 4.5 near z = 0, 9 eps in
@@ -534,7 +553,7 @@ inline V erfc_scaled(V const& z) noexcept {
         V den = V(1) + pz;
         V b = den - V(1);
         V den_lo = (V(1) - (den - b)) + (pz - b);
-        V t = V(1) / den;
+        V t = detail::div(V(1), den);
         V d = detail::fma(-t, den_lo, detail::fma(-t, den, V(1)));
         V r = t * detail::horner(t, C::erfc_g);
         V slope = detail::fma(z + z, r, V(-C::two_rsqrtpi));
@@ -590,7 +609,7 @@ inline V tanh_impl(V const& x) noexcept {
     V a = detail::abs(x);
     a = detail::select(a > V(C::tanh_sat), V(C::tanh_sat), a);
     V e = expm1_small(a + a);
-    return with_sign_of(e / (e + V(2)), x);
+    return with_sign_of(detail::div(e, e + V(2)), x);
 }
 
 // num / (1 + exp(-|w|)) with num = n(w) for w >= 0 and n(w) exp(-|w|) below: exp never overflows,
@@ -599,7 +618,7 @@ inline V tanh_impl(V const& x) noexcept {
 template <class V>
 inline V logistic_times(V const& n, V const& w) noexcept {
     V e = exp_impl(-detail::abs(w));
-    return detail::select(w >= V(0), n, n * e) / (V(1) + e);
+    return detail::div(detail::select(w >= V(0), n, n * e), V(1) + e);
 }
 
 template <class V>
@@ -712,7 +731,7 @@ inline V fast_tanh_impl(V const& x) noexcept {
     V p = detail::fma(r * r, detail::horner(r, F::expm1_q), r);
     V s = from_bits<V>((to_bits(t) << C::mant) + bits_t<V>(C::one_bits));
     V e = detail::fma(s, p, s - V(1));  // expm1(2|x|)
-    return with_sign_of(e / (e + V(2)), x);
+    return with_sign_of(detail::div(e, e + V(2)), x);
 }
 
 template <class V>
@@ -728,7 +747,7 @@ inline V fast_erf_impl(V const& x) noexcept {
 // n / (1 + exp(-w)): exp(-w) = +inf for w << 0 gives n / inf = +-0 (NaN when n is infinite too).
 template <class V>
 inline V fast_logistic_times(V const& n, V const& w) noexcept {
-    return n / (V(1) + fast_exp_impl(-w));
+    return detail::div(n, V(1) + fast_exp_impl(-w));
 }
 
 template <class V>
@@ -744,6 +763,13 @@ inline V fast_gelu_tanh_impl(V const& x) noexcept {
 }
 
 }  // namespace detail
+
+/// a / b, correctly rounded in every lane and equal to the scalar quotient on every ISA
+/// (detail::div): the ops' division (ops/elementwise.hpp).
+template <class V>
+inline V div(V const& a, V const& b) noexcept {
+    return detail::div(a, b);
+}
 
 #define FUSEBOX_VMATH_REQUIRE(name, V)                                                      \
     static_assert(::fusebox::vmath::detail::is_vmath_value<V>,                              \
@@ -855,7 +881,7 @@ inline constexpr struct rsqrt_fn {
     template <class V>
     V operator()(V const& x) const noexcept {
         FUSEBOX_VMATH_REQUIRE("rsqrt", V);
-        return V(1) / detail::sqrt(x);
+        return detail::div(V(1), detail::sqrt(x));
     }
 } rsqrt{};
 
