@@ -199,7 +199,8 @@ constexpr bool is_float = sizeof(T) == 4;
 
 // Float bounds first, double second. Targets: float exp/log <= 3 ulp, erf/tanh abs <= 2e-7 and
 // <= 4 ulp, logistic family and gelu relative <= 5e-7; double relative / abs <= 1e-15. The figures
-// used are tighter: the measured maxima (over AVX-512, AVX2+FMA and SSE2 builds) plus a margin.
+// used are tighter: the measured maxima (over AVX-512, AVX2+FMA and SSE2 builds, and NEON under
+// qemu-aarch64: docs/benchmarks.md, run AO) plus a margin.
 template <class T>
 bounds pick(bounds f, bounds d) {
     return is_float<T> ? f : d;
@@ -398,7 +399,7 @@ TEST_CASE("vmath::fast: float error bounds over the sweep, scalar == batch lane"
     check<float>("fast erf", [](auto x) { return vf::erf(x); }, ref_erf,
                  inputs<float>(-7.0f, 7.0f, {0.875f, -0.875f, 3.6f, -3.6f}, 13), {.abs = 1.7e-6});
     check<float>("fast tanh", [](auto x) { return vf::tanh(x); }, ref_tanh,
-                 inputs<float>(-22.0f, 22.0f, {9.0f, 10.0f, 0.35f}, 14), {.rel = 6e-7, .abs = 1.7e-7});
+                 inputs<float>(-22.0f, 22.0f, {9.0f, 10.0f, 0.35f}, 14), {.rel = 6.5e-7, .abs = 1.7e-7});
     check<float>("fast sigmoid", [](auto x) { return vf::sigmoid(x); }, ref_sigmoid, exp_inputs<float>(),
                  {.rel = 3.6e-6});
     check<float>("fast silu", [](auto x) { return vf::silu(x); }, ref_silu, without(exp_inputs<float>(), is_neg_inf),

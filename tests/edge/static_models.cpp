@@ -134,9 +134,9 @@ void elementwise() {
 }
 
 /// A vector lane computes what the scalar tail computes, bit for bit, so that no result depends on
-/// where a row's tail falls: a compiled division, sigmoid, tanh and silu (each divides) against the
-/// same functions on scalars. AArch64 failed it until vmath's detail::div: xsimd 8 divides floats
-/// there by a reciprocal estimate and two Newton steps, a rounding off in ~1 lane in 10.
+/// where a row's tail falls: a compiled division, sigmoid, tanh and silu (each divides), sqrt and
+/// rsqrt against the same functions on scalars. AArch64 failed it until vmath's detail::div and
+/// detail::sqrt: xsimd 8 divides floats and takes their roots there by estimates and Newton steps.
 void lanes_equal_scalar() {
   fb::tensor<float, fb::shape<7, 61>> x, w;  // rows of 61: whole vectors, then a tail
   x.fill_random(31, -9.0f, 9.0f);
@@ -145,6 +145,7 @@ void lanes_equal_scalar() {
   const auto s = fb::compile([](auto x) { return fb::sigmoid(x); })(x);
   const auto t = fb::compile([](auto x) { return fb::tanh(x); })(x);
   const auto u = fb::compile([](auto x) { return fb::silu(x); })(x);
+  const auto r = fb::compile([](auto w) { return fb::sqrt(w) + fb::rsqrt(w); })(w);
   int differ = 0;
   for (std::size_t i = 0; i < x.size(); ++i) {
     const float v = x.data()[i];
@@ -152,11 +153,12 @@ void lanes_equal_scalar() {
     differ += s.data()[i] != fb::vmath::sigmoid(v);
     differ += t.data()[i] != fb::vmath::tanh(v);
     differ += u.data()[i] != fb::vmath::silu(v);
+    differ += r.data()[i] != fb::vmath::sqrt(w.data()[i]) + fb::vmath::rsqrt(w.data()[i]);
   }
   char line[200];
   std::snprintf(line, sizeof line,
-                "vector lanes equal the scalar tail: x / w, sigmoid, tanh, silu (%d of %zu results differ)", differ,
-                4 * x.size());
+                "vector lanes equal the scalar tail: x / w, sigmoid, tanh, silu, sqrt + rsqrt (%d of %zu results differ)",
+                differ, 5 * x.size());
   check(line, differ == 0);
 }
 

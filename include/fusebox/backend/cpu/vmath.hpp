@@ -140,11 +140,11 @@ inline xsimd::batch<T, A> fma(xsimd::batch<T, A> const& a, xsimd::batch<T, A> co
         return xsimd::fma(a, b, c);
 }
 
-// a / b, correctly rounded in every lane. xsimd 8 has no float division kernel for NEON64: it
-// falls back to 32-bit NEON's reciprocal estimate and two Newton steps, so a / b was rounded
-// twice (a lane 1 ulp from the scalar tail's quotient: tests/cpu/vmath.cpp under qemu-aarch64 had
-// tanh at 3.3 ulp, sigmoid 3.1, and 10^5 scalar/batch mismatches each; docs/benchmarks.md, run
-// AO). AArch64 has the instruction.
+// a / b, correctly rounded in every lane (sqrt below likewise). xsimd 8 has no float division
+// kernel for NEON64: it falls back to 32-bit NEON's reciprocal estimate and two Newton steps, so
+// a / b was rounded twice (a lane 1 ulp from the scalar tail's quotient: tests/cpu/vmath.cpp under
+// qemu-aarch64 had tanh at 3.3 ulp, sigmoid 3.1, and 10^5 scalar/batch mismatches each;
+// docs/benchmarks.md, run AO). AArch64 has the instruction.
 template <class T>
 inline T div(T a, T b) noexcept {
     return a / b;
@@ -212,9 +212,17 @@ template <class T>
 inline T sqrt(T x) noexcept {
     return std::sqrt(x);
 }
+// Correctly rounded, as the scalar std::sqrt. xsimd 8's float sqrt on NEON64 is 32-bit NEON's
+// reciprocal-root estimate and Newton steps (sqrt(inf) NaN, 6.5e5 of 2.6e6 lanes off the scalar
+// under qemu, run AO): AArch64 has the instruction.
 template <class T, class A>
 inline xsimd::batch<T, A> sqrt(xsimd::batch<T, A> const& x) noexcept {
-    return xsimd::sqrt(x);
+#if XSIMD_WITH_NEON64
+    if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::neon64, A>)
+        return vsqrtq_f32(x);
+    else
+#endif
+        return xsimd::sqrt(x);
 }
 
 template <class T>
@@ -918,7 +926,7 @@ FUSEBOX_VMATH_FAST(log, vmath::log)
 // terms, up to 3.92). Measured: absolute 1.44e-6 (faithful 1.3e-7).
 FUSEBOX_VMATH_FAST(erf, vmath::erf)
 // tanh: the faithful form with a degree-5 expm1 (faithful: degree 6). Measured: absolute 1.2e-7,
-// relative 6.0e-7 (faithful 8.9e-8, 1.7e-7).
+// relative 6.0e-7, 6.4e-7 on NEON (faithful 8.9e-8, 1.7e-7).
 FUSEBOX_VMATH_FAST(tanh, vmath::tanh)
 // gelu: 0.5 x (1 + fast::erf(x / sqrt2)), no erfc tail (faithful: one exp, one division, relative
 // accuracy for x << 0). Measured: absolute 3.5e-6 for |x| <= 16, about 7e-7 |x| (faithful 3.8e-7);
