@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -713,6 +714,21 @@ TEST_CASE("capability matrix, row 6: a costly value reused by several passes is 
     CHECK(count(plan, "  kernel ") == 1);
     CHECK(contains(plan, "reduction pass(es) + output pass per row"));
     CHECK(contains(plan, "row(s) kept in scratch"));
+  }
+  SECTION("cached rows / static CPU: a quotient several passes read") {
+    // layer_norm after softmax: its three passes read softmax's e / s. A division counts 8 in the
+    // row cache's cost (plan/row_cache.hpp), so the quotient is kept, not divided in each pass.
+    using X = fb::input_leaf<0, float, c_static::shape_type>;
+    using G = fb::input_leaf<1, float, fb::shape<CC>>;
+    using E = decltype(fb::layer_norm(fb::softmax(X{}), G{}, G{}, 1e-5f));
+    using P = fb::cpu::program<float, E>;
+    constexpr auto quotient_kept = [] {
+      for (std::size_t i = 0; i < P::nodes.size(); ++i)
+        if (std::string_view(P::nodes[i].desc.name) == "div") return P::plan.cache_slot[i] >= 0;
+      return false;
+    };
+    STATIC_REQUIRE(P::plan.n_kernels == 1);
+    STATIC_REQUIRE(quotient_kept());
   }
   SECTION("cached rows / run-time CPU") {
     auto f = fb::compile(cached_model);
