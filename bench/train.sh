@@ -4,7 +4,8 @@
 # (malloc tunables that keep freed memory, passive OpenMP waiting), 2 threads each. Prints the
 # JSON lines of every run; docs/benchmarks.md quotes the "median_epoch_s" (T1) and "median_us"
 # (W5c) lines. BUILD_DIR is a tree configured with -DFUSEBOX_BUILD_BENCH=ON and built with the
-# targets train_fashion_mnist, bench_train and torch_train_fashion_mnist.
+# targets train_fashion_mnist, bench_train and torch_train_fashion_mnist. The build's FUSEBOX_ARCH
+# (-DFUSEBOX_ARCH=x86-64-v3 for AVX2) is the ISA libtorch and OpenBLAS are pinned to (isa_env.sh).
 # T2_EPOCHS=N (default 0: skipped) adds T2 (the CNN, AdamW lr 3e-3 with per-epoch cosine annealing,
 # docs/benchmarks.md's recipe) for N epochs each, fusebox then libtorch, at the end of each round.
 #
@@ -44,6 +45,10 @@ if [ "${DEVICE:-cpu}" = cuda ]; then
   echo "# end $(date -u +%FT%T)"
   exit 0
 fi
+# The peers pinned to the vector ISA the build was made for (its FUSEBOX_ARCH; isa_env.sh).
+arch=$(sed -n 's/^FUSEBOX_ARCH:STRING=//p' "$B/CMakeCache.txt" 2>/dev/null)
+. "$(dirname "$0")/isa_env.sh" "${arch:-native}"
+echo "# ISA: $isa_summary"
 export GLIBC_TUNABLES="${FUSEBOX_BENCH_GLIBC_TUNABLES:-glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296:glibc.malloc.top_pad=268435456}"
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 round=1

@@ -17,15 +17,18 @@
 // builds both). Compiled checks use static shapes; eager checks run on dyn extents, where one
 // instantiation per op serves every width (1 to 1000 below), so each vector body and each tail
 // length is hit.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
 #include <fusebox/fusebox.hpp>
 
 #include "../support/check.hpp"
+#include "../support/private_cache.hpp"
 
 #ifndef FUSEBOX_TEST_ELEMENT
 #define FUSEBOX_TEST_ELEMENT float
@@ -273,6 +276,44 @@ TEST_CASE("rows wider than a task are split into column blocks" FBT_TYPE, "[ops]
         std::get<1>(c), [&](const coord& i) { return static_cast<T>(fbt::at(x, i, 2) / fbt::at(p, i, 2)) - fbt::at(x, i, 2); },
         fbt::exact, "x / p - x");
   }
+}
+
+// An output of 32 MiB or more (schedule::streams_output) is written with non-temporal stores and a
+// fence, by the static program and by the run-time path's generated kernels alike. 2048 rows of
+// 4097 are 33.6 MB of floats: both kernels below stream (an elementwise one, cut into column
+// blocks, and softmax, whose output pass follows its reductions); 4097 columns leave a scalar
+// tail and start every other row off the vector alignment, where the stores fall back to ordinary
+// ones. Two threads, so each reads back what the other wrote.
+TEST_CASE("outputs larger than the last-level cache are streamed past it, every element right" FBT_TYPE,
+          "[ops][elementwise][stream]") {
+  fbt::use_private_cache("fusebox-stream-");
+  constexpr std::size_t R = 2048, C = 4097;
+  static_assert(fb::schedule::streams_output(R * C * sizeof(float)));
+  fb::tensor<T, fb::shape<R, C>> x;
+  fb::tensor<T, fb::shape<C>> w;
+  fbt::fill_signed(x, 71, 0.05, 3.0);
+  fbt::fill_uniform(w, 72, 0.5, 2.0);
+  std::vector<double> soft(R * C);
+  for (std::size_t r = 0; r < R; ++r) {
+    double m = -1e300, s = 0;
+    for (std::size_t c = 0; c < C; ++c) m = std::max(m, static_cast<double>(x(r, c)));
+    for (std::size_t c = 0; c < C; ++c) s += soft[r * C + c] = std::exp(static_cast<double>(x(r, c)) - m);
+    for (std::size_t c = 0; c < C; ++c) soft[r * C + c] /= s;
+  }
+  auto quotient = [](auto x, auto w) { return x / w - x; };
+  auto model = [&](auto x, auto w) { return std::make_tuple(quotient(x, w), fb::softmax(x)); };
+  auto check_quotient = [&](const auto& out, const char* path) {
+    fbt::check_all(
+        out, [&](const coord& i) { return static_cast<double>(static_cast<T>(x(i[0], i[1]) / w(i[1])) - x(i[0], i[1])); },
+        fbt::exact, std::string(path) + ": x / w - x");
+  };
+  const auto s = fb::compile(model, {.threads = 2})(x, w);
+  check_quotient(std::get<0>(s), "static");
+  fbt::check_all(std::get<1>(s), [&](const coord& i) { return soft[i[0] * C + i[1]]; }, transcendental.get<T>(),
+                 "static: softmax(x)");
+  // The generated kernels share one output pass (backend/cpu/codegen.hpp): one kernel shows it.
+  check_quotient(fb::compile(quotient, {.dynamic = fb::dynamic::always, .threads = 2})(fbt::to_dyn(x), fbt::to_dyn(w)),
+                 "JIT");
 }
 
 // A pure elementwise kernel walks its space as rows, merging dimensions where every operand's

@@ -21,6 +21,7 @@ struct kernel_args {
   std::byte* scratch;            ///< row scratch of worker 0; worker w at scratch + w * scratch_stride
   std::size_t scratch_stride;
   std::size_t rank;              ///< dimensions of the index space (fewer than planned where the host merged them)
+  bool stream;                   ///< rows kernels: write outputs past the caches (schedule::streams_output)
 };
 
 /// The offset of local node l's element at (row, column 0) of a kernel whose space the host

@@ -28,6 +28,14 @@ constexpr row_split split_rows(std::size_t width, bool has_passes, std::size_t v
   return s;
 }
 
+/// Whether a kernel writes its outputs with non-temporal stores (cpu::store_stream_v): when they
+/// are larger than a last-level cache, they would leave it before anything read them again, and
+/// ordinary stores would first read every line they write. 32 MiB is the L3 of one Zen 4 CCD
+/// and more than most client chips have; below it a consumer kernel may still find the data there.
+/// Measured on W1c and W2c (docs/benchmarks.md, run AP).
+inline constexpr std::size_t stream_store_min_bytes = std::size_t(32) << 20;
+constexpr bool streams_output(std::size_t output_bytes) { return output_bytes >= stream_store_min_bytes; }
+
 /// A column reduction over an input of `rows` rows of `width` (after merging dimensions), reduced
 /// to `out_rows` output rows: tasks own blocks of columns, and slices of the output rows too when
 /// there are fewer column blocks than threads (T2's conv 2 bias gradient, [128, 64, 64] summed

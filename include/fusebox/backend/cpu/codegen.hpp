@@ -197,12 +197,12 @@ class cpu_codegen {
           p_.row_constant[g])
         continue;
       const std::string v = value(b, static_cast<int>(g), k_.passes);
-      b.statement(b.lang().store(ptr(static_cast<int>(g), true), v));
+      b.statement("fusebox::cpu::store_out_v(a->stream, " + ptr(static_cast<int>(g), true) + " + j, " + v + ");");
       any = true;
     }
     if (!any) return "";
     return "    {  // output pass\n      auto out = [&]<class W_>(std::size_t j) {\n" + b.text("        ") + "      };\n" +
-           column_loop("out", from, to) + "    }\n";
+           column_loop("out", from, to) + "      if (a->stream) fusebox::cpu::stream_fence();\n    }\n";
   }
 
   std::string rows() {

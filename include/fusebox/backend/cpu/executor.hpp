@@ -683,6 +683,7 @@ struct basic_program {
     const std::size_t col_block = split.col_block, col_blocks = split.col_blocks;
     std::size_t rows_per_task = split.rows_per_task;
     const bool merged = !kn.twins || twins_equal<K>(f);
+    const bool stream = contig && schedule::streams_output(rows * width * sizeof(T));
     auto task = [&](std::size_t t, unsigned worker) {
       row_addressing a = proto;
       T* scratch = reinterpret_cast<T*>(f.workspace + worker * workspace_row_scratch_stride(f));
@@ -694,13 +695,13 @@ struct basic_program {
         // plan.kernels[K], not the local kn: nvcc refuses a lambda's read of an enclosing
         // constexpr local in a constant expression ("attempt to access run-time storage").
         if constexpr (plan.kernels[K].twins) {
-          if (contig && merged) row<K, true, true>(a, f, scratch, c0, c1, width);
-          else if (contig) row<K, true, false>(a, f, scratch, c0, c1, width);
-          else if (merged) row<K, false, true>(a, f, scratch, c0, c1, width);
-          else row<K, false, false>(a, f, scratch, c0, c1, width);
+          if (contig && merged) row<K, true, true>(a, f, scratch, c0, c1, width, stream);
+          else if (contig) row<K, true, false>(a, f, scratch, c0, c1, width, stream);
+          else if (merged) row<K, false, true>(a, f, scratch, c0, c1, width, stream);
+          else row<K, false, false>(a, f, scratch, c0, c1, width, stream);
         } else {
-          if (contig) row<K, true, true>(a, f, scratch, c0, c1, width);
-          else row<K, false, true>(a, f, scratch, c0, c1, width);
+          if (contig) row<K, true, true>(a, f, scratch, c0, c1, width, stream);
+          else row<K, false, true>(a, f, scratch, c0, c1, width, stream);
         }
       }
     };
@@ -741,7 +742,7 @@ struct basic_program {
   /// One row of a rows kernel over columns [c0, c1) (the whole row when it has passes).
   template <int K, bool Contig, bool Merged>
   static void row(const row_addressing& a, const frame_t& f, T* scratch, std::size_t c0, std::size_t c1,
-                  std::size_t width) {
+                  std::size_t width, bool stream) {
     constexpr plan::kernel kn = plan.kernels[K];
     constexpr int G = kn.group;
     static constexpr id_list steps = row_steps(G);
@@ -757,7 +758,7 @@ struct basic_program {
       auto write = [&]<class W>(std::size_t j) {
         evaluator<group_of<K>, passes_of<K>, W, Contig, Merged> e{a, rs, scratch, width, f.payload, j};
         [&]<int... O>(std::integer_sequence<int, O...>) {
-          ((Contig ? store_v(const_cast<T*>(a.ptr[outs.id[O]]) + j, e.template get<outs.id[O]>())
+          ((Contig ? store_out_v(stream, const_cast<T*>(a.ptr[outs.id[O]]) + j, e.template get<outs.id[O]>())
                    : store_v(const_cast<T*>(a.ptr[outs.id[O]]) + static_cast<std::ptrdiff_t>(j) * a.inner[outs.id[O]],
                            e.template get<outs.id[O]>())),
            ...);
@@ -767,6 +768,7 @@ struct basic_program {
       if constexpr (Contig)
         for (; j + VS <= c1; j += VS) write.template operator()<V>(j);
       for (; j < c1; ++j) write.template operator()<T>(j);
+      if (stream) stream_fence();
     }
     [&]<int... O>(std::integer_sequence<int, O...>) {
       ((*const_cast<T*>(a.ptr[souts.id[O]]) = rs[souts.id[O]]), ...);

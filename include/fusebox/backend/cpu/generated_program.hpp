@@ -259,6 +259,7 @@ struct program {
     if (space.size() == 0) return;
     const std::size_t rows = cpu::outer_size(space), width = space.back(0);
     const schedule::row_split rs = schedule::split_rows(width, kn.passes > 0, xsimd::batch<T>::size);
+    b.a.stream = schedule::streams_output(rows * width * sizeof(T));
     const auto fn = reinterpret_cast<rows_fn>(kernels[k].fn);
     pool.parallel_for(rs.tasks(rows), [&](std::size_t t, unsigned worker) {
       const std::size_t rt = t / rs.col_blocks, cb = t % rs.col_blocks;

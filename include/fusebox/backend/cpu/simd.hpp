@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 #include <fusebox/backend/cpu/vector_isa.hpp>
@@ -57,6 +58,59 @@ template <class V, class T>
 inline void store_v(T* p, const V& v) {
   if constexpr (is_batch_v<V>) v.store_unaligned(p);
   else *p = v;
+}
+
+/// store_v bypassing the caches: a non-temporal store where the ISA has one for T (x86: float and
+/// double at every vector width) and p is aligned to the vector, an ordinary store otherwise (a
+/// scalar tail, an unaligned start, NEON, whose non-temporal pair store GCC does not expose). An
+/// output larger than the last-level cache (schedule::streams_output) would be evicted before it
+/// is read again; written this way it is not first read into the cache (the read-for-ownership
+/// that makes a written byte cost two bytes of memory traffic). Visible to other threads after
+/// stream_fence().
+template <class V, class T>
+inline void store_stream_v(T* p, const V& v) {
+  if constexpr (is_batch_v<V> && (std::is_same_v<T, float> || std::is_same_v<T, double>)) {
+    if (reinterpret_cast<std::uintptr_t>(p) % sizeof(V) == 0) {
+#if defined(__AVX512F__)
+      if constexpr (sizeof(V) == 64) {
+        if constexpr (std::is_same_v<T, float>) _mm512_stream_ps(p, v);
+        else _mm512_stream_pd(p, v);
+        return;
+      }
+#endif
+#if defined(__AVX__)
+      if constexpr (sizeof(V) == 32) {
+        if constexpr (std::is_same_v<T, float>) _mm256_stream_ps(p, v);
+        else _mm256_stream_pd(p, v);
+        return;
+      }
+#endif
+#if defined(__SSE2__)
+      if constexpr (sizeof(V) == 16) {
+        if constexpr (std::is_same_v<T, float>) _mm_stream_ps(p, v);
+        else _mm_stream_pd(p, v);
+        return;
+      }
+#endif
+    }
+  }
+  store_v(p, v);
+}
+
+/// A rows kernel's output store: store_stream_v where the kernel streams its outputs, store_v
+/// otherwise (one spelling for the static executor and the generated kernels).
+template <class V, class T>
+inline void store_out_v(bool stream, T* p, const V& v) {
+  if (stream) store_stream_v(p, v);
+  else store_v(p, v);
+}
+
+/// Orders this thread's store_stream_v stores before its later stores (x86 `sfence`: non-temporal
+/// stores are weakly ordered), so that a thread that sees the task finished sees its data.
+inline void stream_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }
 
 }  // namespace fusebox::cpu

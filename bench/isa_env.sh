@@ -1,0 +1,18 @@
+# bench/isa_env.sh ARCH: sourced by bench/run_all and bench/train.sh. ARCH is the -march the build
+# gave fusebox and Eigen (FUSEBOX_ARCH; `make bench ISA=...`); this pins the prebuilt peers and the
+# JIT to the same vector ISA, so that a comparison at AVX2 on an AVX-512 host is at AVX2 on both
+# sides: OpenBLAS's kernel choice (OPENBLAS_CORETYPE), libtorch's own kernels
+# (ATEN_CPU_CAPABILITY), oneDNN's, which libtorch's convolutions run on (ONEDNN_MAX_CPU_ISA; its
+# older name DNNL_MAX_CPU_ISA too), and the JIT's generated kernels (FUSEBOX_CXXFLAGS, which come
+# after the JIT's own -march=native). A variable the caller set is kept.
+isa_arch="${1:-native}"
+case "$isa_arch" in
+  x86-64-v3 | haswell)
+    export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-Haswell}" ATEN_CPU_CAPABILITY="${ATEN_CPU_CAPABILITY:-avx2}"
+    export ONEDNN_MAX_CPU_ISA="${ONEDNN_MAX_CPU_ISA:-AVX2}" DNNL_MAX_CPU_ISA="${DNNL_MAX_CPU_ISA:-AVX2}" ;;
+  x86-64-v4 | skylake-avx512)
+    export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-SkylakeX}" ATEN_CPU_CAPABILITY="${ATEN_CPU_CAPABILITY:-avx512}"
+    export ONEDNN_MAX_CPU_ISA="${ONEDNN_MAX_CPU_ISA:-AVX512_CORE}" DNNL_MAX_CPU_ISA="${DNNL_MAX_CPU_ISA:-AVX512_CORE}" ;;
+esac
+if [ "$isa_arch" != native ]; then export FUSEBOX_CXXFLAGS="-march=$isa_arch${FUSEBOX_CXXFLAGS:+ $FUSEBOX_CXXFLAGS}"; fi
+isa_summary="-march=$isa_arch; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-} ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-} ONEDNN_MAX_CPU_ISA=${ONEDNN_MAX_CPU_ISA:-} FUSEBOX_CXXFLAGS=${FUSEBOX_CXXFLAGS:-}"
