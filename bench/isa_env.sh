@@ -1,11 +1,12 @@
-# bench/isa_env.sh ARCH: sourced by bench/run_all and bench/train.sh. ARCH is the -march the build
-# gave fusebox and Eigen (FUSEBOX_ARCH; `make bench ISA=...`); this pins the prebuilt peers and the
+# bench/isa_env.sh: sourced by bench/run_all and bench/train.sh after they set isa_arch, the -march
+# the build gave fusebox and Eigen (FUSEBOX_ARCH; `make bench ISA=...`); a variable, since POSIX sh
+# passes no arguments to a sourced file (dash kept the caller's $1). It pins the prebuilt peers and the
 # JIT to the same vector ISA, so that a comparison at AVX2 on an AVX-512 host is at AVX2 on both
 # sides: OpenBLAS's kernel choice (OPENBLAS_CORETYPE), libtorch's own kernels
 # (ATEN_CPU_CAPABILITY), oneDNN's, which libtorch's convolutions run on (ONEDNN_MAX_CPU_ISA; its
 # older name DNNL_MAX_CPU_ISA too), and the JIT's generated kernels (FUSEBOX_CXXFLAGS, which come
 # after the JIT's own -march=native). A variable the caller set is kept.
-isa_arch="${1:-native}"
+isa_arch="${isa_arch:-native}"
 case "$isa_arch" in
   x86-64-v3 | haswell)
     export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-Haswell}" ATEN_CPU_CAPABILITY="${ATEN_CPU_CAPABILITY:-avx2}"

@@ -46,8 +46,8 @@ if [ "${DEVICE:-cpu}" = cuda ]; then
   exit 0
 fi
 # The peers pinned to the vector ISA the build was made for (its FUSEBOX_ARCH; isa_env.sh).
-arch=$(sed -n 's/^FUSEBOX_ARCH:STRING=//p' "$B/CMakeCache.txt" 2>/dev/null)
-. "$(dirname "$0")/isa_env.sh" "${arch:-native}"
+isa_arch=$(sed -n 's/^FUSEBOX_ARCH:STRING=//p' "$B/CMakeCache.txt" 2>/dev/null)
+. "$(dirname "$0")/isa_env.sh"
 echo "# ISA: $isa_summary"
 export GLIBC_TUNABLES="${FUSEBOX_BENCH_GLIBC_TUNABLES:-glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296:glibc.malloc.top_pad=268435456}"
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
