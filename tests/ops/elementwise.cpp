@@ -280,10 +280,11 @@ TEST_CASE("rows wider than a task are split into column blocks" FBT_TYPE, "[ops]
 
 // An output of 32 MiB or more (schedule::streams_output) is written with non-temporal stores and a
 // fence, by the static program and by the run-time path's generated kernels alike. 2048 rows of
-// 4097 are 33.6 MB of floats: both kernels below stream (an elementwise one, cut into column
-// blocks, and softmax, whose output pass follows its reductions); 4097 columns leave a scalar
-// tail and start every other row off the vector alignment, where the stores fall back to ordinary
-// ones. Two threads, so each reads back what the other wrote.
+// 4097 are 33.6 MB of floats: both kernels below stream (an elementwise one, and softmax, whose
+// output pass follows its reductions). 4097 columns leave a scalar tail, and only every 8th (AVX2)
+// or 16th (AVX-512) row starts on the vector alignment: the others take the ordinary stores that
+// store_stream_v falls back to. Two worker threads write; the caller reads every element after the
+// call returns, which is what the fence is for.
 TEST_CASE("outputs larger than the last-level cache are streamed past it, every element right" FBT_TYPE,
           "[ops][elementwise][stream]") {
   fbt::use_private_cache("fusebox-stream-");
