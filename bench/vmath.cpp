@@ -11,6 +11,8 @@
 // Also printed: each system's max error on the first 2^20 inputs against a long double
 // reference, and the same loop copying the bytes (the memory floor).
 //
+// Also W1c's body (gelu(x w + b) sigmoid(x)) on one row held in L1: ns per element and each
+// system's largest elementwise relative error.
 // Output: one JSON object per measurement, then a table of times and ratios. Without Eigen on the
 // include path (CMake: link Eigen3::Eigen) the Eigen rows are skipped.
 #include <fusebox/backend/cpu/vmath.hpp>
@@ -125,6 +127,79 @@ ld ref_erf(ld v) { return std::erf(v); }
 ld ref_tanh(ld v) { return std::tanh(v); }
 ld ref_gelu(ld v) { return ld(0.5) * v * std::erfc(-v / std::sqrt(ld(2))); }
 
+// W1c's body (BENCHMARKS.md: y = gelu(x w + b) sigmoid(x)) over `count` floats; t = x w + b is kept
+// in `t` so that the accuracy check can start from the same rounded t the system used.
+FUSEBOX_BENCH_OPAQUE void w1c_fusebox(float const* x, float const* w, float const* b, float* t, float* y,
+                                      std::size_t count) {
+    std::size_t i = 0;
+    for (; i + batch::size <= count; i += batch::size) {
+        batch const xv = batch::load_unaligned(x + i);
+        batch const tv = xsimd::fma(xv, batch::load_unaligned(w + i), batch::load_unaligned(b + i));
+        tv.store_unaligned(t + i);
+        (vm::gelu(tv) * vm::sigmoid(xv)).store_unaligned(y + i);
+    }
+    for (; i < count; ++i) {
+        t[i] = std::fma(x[i], w[i], b[i]);
+        y[i] = vm::gelu(t[i]) * vm::sigmoid(x[i]);
+    }
+}
+
+#if FUSEBOX_BENCH_VMATH_EIGEN
+// bench/peers/eigen_cpu.cpp's row expression for W1c.
+FUSEBOX_BENCH_OPAQUE void w1c_eigen(float const* x, float const* w, float const* b, float* t, float* y,
+                                    std::size_t count) {
+    using cmap = Eigen::Map<const Eigen::ArrayXf>;
+    using map = Eigen::Map<Eigen::ArrayXf>;
+    cmap const xr(x, Eigen::Index(count)), wr(w, Eigen::Index(count)), br(b, Eigen::Index(count));
+    map tr(t, Eigen::Index(count)), yr(y, Eigen::Index(count));
+    tr = xr * wr + br;
+    yr = (0.5f * tr * (1.0f + (tr * 0.70710678118654752f).erf())) * xr.logistic();
+}
+#endif
+
+// The W1c body's largest elementwise relative error against long double, from each element's own t.
+double w1c_rel_err(float const* x, float const* t, float const* y, std::size_t count) {
+    double worst = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+        ld const r = ref_gelu(ld(t[i])) / (1 + std::exp(-ld(x[i])));
+        if (r != 0) worst = std::max(worst, double(std::fabs(ld(y[i]) - r) / std::fabs(r)));
+    }
+    return worst;
+}
+
+// W1c's body on one row of 4096 floats that stays in L1, run `reps` times a round: the arithmetic
+// without the memory traffic (docs/benchmarks.md, run AP), fusebox and Eigen in interleaved rounds.
+// Inputs as W1c's: x in [-3, 3], w and b in [-1, 1]. The error is over 2^20 such elements.
+void w1c_in_cache() {
+    constexpr std::size_t row = 4096;
+    constexpr int reps = 256;
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u3(-3, 3), u1(-1, 1);
+    std::vector<float> x(checked), w(checked), b(checked), t(checked), y(checked);
+    for (std::size_t i = 0; i < checked; ++i) x[i] = u3(rng), w[i] = u1(rng), b[i] = u1(rng);
+    using body = void (*)(float const*, float const*, float const*, float*, float*, std::size_t);
+    std::vector<std::pair<char const*, body>> systems{{"fusebox", w1c_fusebox}};
+#if FUSEBOX_BENCH_VMATH_EIGEN
+    systems.push_back({"eigen", w1c_eigen});
+#endif
+    std::vector<std::vector<double>> ns(systems.size());
+    for (int round = 0; round < warmups + runs; ++round)
+        for (std::size_t s = 0; s < systems.size(); ++s) {
+            double const us = seconds_of([&] {
+                for (int r = 0; r < reps; ++r) systems[s].second(x.data(), w.data(), b.data(), t.data(), y.data(), row);
+            });
+            if (round >= warmups) ns[s].push_back(us * 1e3 / (double(reps) * row));
+        }
+    for (std::size_t s = 0; s < systems.size(); ++s) {
+        std::sort(ns[s].begin(), ns[s].end());
+        systems[s].second(x.data(), w.data(), b.data(), t.data(), y.data(), checked);
+        double const err = w1c_rel_err(x.data(), t.data(), y.data(), checked);
+        std::printf("{\"workload\":\"vmath_w1c_body_in_l1\",\"system\":\"%s\",\"mode\":\"eager\",\"threads\":1,"
+                    "\"row\":%zu,\"median_ns_per_elem\":%.4f,\"max_elementwise_rel_err\":%.3g}\n",
+                    systems[s].first, row, (ns[s][runs / 2 - 1] + ns[s][runs / 2]) / 2, err);
+    }
+}
+
 }  // namespace
 
 int main() {
@@ -216,6 +291,8 @@ int main() {
                  eigen("0.5 x (1 + (x / sqrt2).erf()) as one Eigen expression",
                        [](auto const& a) { return 0.5f * a * (1.f + (a * rsqrt2).erf()); })),
             px, py, ref_gelu);
+
+    w1c_in_cache();
 
     std::printf("\nvmath: %zu floats, 1 thread, median of %d interleaved rounds after %d warm-up rounds; "
                 "memory floor (copy) %.2f ms\n",

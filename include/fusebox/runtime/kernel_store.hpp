@@ -59,7 +59,8 @@
 namespace fusebox::jit {
 
 /// Bumped whenever generated code changes meaning, so old cache entries stop matching.
-inline constexpr int codegen_version = 2;  // 2: column kernels take output-row ranges; kernel_args::rank
+inline constexpr int codegen_version = 3;  // 2: column kernels take output-row ranges; kernel_args::rank
+                                           // 3: kernel_args::stream, read by rows kernels' output pass
 
 /// A generated kernel could not be compiled: the caller falls back to eager (or throws under
 /// fullgraph); the source and the compiler's log are kept for the report.
