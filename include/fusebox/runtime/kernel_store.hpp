@@ -59,8 +59,11 @@
 namespace fusebox::jit {
 
 /// Bumped whenever generated code changes meaning, so old cache entries stop matching.
-inline constexpr int codegen_version = 3;  // 2: column kernels take output-row ranges; kernel_args::rank
+inline constexpr int codegen_version = 4;  // 2: column kernels take output-row ranges; kernel_args::rank
                                            // 3: kernel_args::stream, read by rows kernels' output pass
+                                           // 4: float exp from a table with AVX-512 (vmath.hpp): other
+                                           //    bits than a kernel built before, which the static path
+                                           //    must match
 
 /// A generated kernel could not be compiled: the caller falls back to eager (or throws under
 /// fullgraph); the source and the compiler's log are kept for the report.
