@@ -5,8 +5,9 @@
 // that run is still in cache. Depends on: xsimd 8 (the vector registers of the default
 // architecture, i.e. what the translation unit is compiled for: AVX-512, AVX2+FMA, SSE2, NEON),
 // the C++20 standard library, fusebox/core/errors.hpp, fusebox/backend/cpu/thread_pool.hpp and fusebox/backend/cpu/vmath.hpp (its
-// detail::fma, fused exactly where the architecture fuses, whatever the -O level). No BLAS. (One
-// AVX-512 register transpose uses <immintrin.h> directly; other targets take a portable path.)
+// detail::fma, fused exactly where the architecture fuses, whatever the -O level). No BLAS. (The W x W
+// register transposes of AVX-512 and AVX use <immintrin.h> directly; other targets take a portable
+// path.)
 //
 //   C[b][i][j] = sum_k A[b][i][k] * B[b][k][j]        then epilogue(b, i, j0, n, &C[b][i][j0])
 //
