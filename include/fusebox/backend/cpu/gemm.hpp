@@ -36,9 +36,10 @@
 //   4. M > 4, B stored [N, K], and the packed A^T (M x K) within 8 MiB ("stream B^T"): computes
 //      C^T = B^T A^T so that B is never packed. A^T is packed once into NR-wide panels (shared,
 //      L2/L3); each task takes MR rows of B^T at a time, broadcast in place (each row contiguous
-//      along k, so the hardware prefetchers stream it), and accumulates an MR x M tile of C^T in
-//      a per-thread scratch, written to C transposed at the end. For M = 32 packing B^T (a
-//      transpose) would cost about half as much as the arithmetic it feeds.
+//      along k, so the hardware prefetchers stream it), and accumulates MR x M tiles of C^T in a
+//      per-thread scratch, the task's whole column range of them (at most 256 KiB), written to
+//      C at the task's end through W x W register transposes, each row of C in one run. For M =
+//      32 packing B^T (a transpose) would cost about half as much as the arithmetic it feeds.
 //   5. Everything else (B row-major with M > 8, general strides, huge M x K): BLIS-style. Steps
 //      jc (NC columns) -> pc (KC) -> ic (MCO rows); each step packs the B panel KC x NC (once
 //      per jc, pc; shared by the threads, in L3) and the A block MCO x KC, then runs tasks over
@@ -243,6 +244,17 @@ constexpr std::size_t gemv_scratch_ld() noexcept {
   return gemm_config<T>::gemv_cols + 64 / sizeof(T);
 }
 
+// Case 4: slivers (MR rows of B^T) per task: at most 32, and at most what keeps the task's C^T
+// tiles within 256 KiB (in L2 beside the A^T panels). Written per task rather than per sliver
+// (MR scattered elements in each of M rows), the transposed copy into C measured 1.5-3% faster
+// at AVX2 for M = 32-256 (docs/benchmarks.md, run AQ).
+template <class T>
+constexpr std::size_t stream_slivers_per_task(std::size_t M) noexcept {
+  using cfg = gemm_config<T>;
+  const std::size_t tile_bytes = cfg::mr * round_up(M, cfg::nr) * sizeof(T);
+  return std::clamp<std::size_t>((std::size_t(256) << 10) / tile_bytes, 1, 32);
+}
+
 // Workspace layout per path; every region is rounded to 64 bytes.
 struct gemm_layout {
   std::size_t shared = 0;      // bytes shared by all threads
@@ -266,7 +278,7 @@ constexpr gemm_layout layout_for(gemm_path p, std::size_t M, std::size_t N, std:
       break;
     case gemm_path::stream_bt:
       l.shared = round_up(round_up(M, cfg::nr) * K * sizeof(T), 64);
-      l.per_thread = round_up(cfg::mr * round_up(M, cfg::nr) * sizeof(T), 64);  // C^T scratch
+      l.per_thread = round_up(stream_slivers_per_task<T>(M) * cfg::mr * round_up(M, cfg::nr) * sizeof(T), 64);  // C^T
       break;
     case gemm_path::blocked:  // double-buffered (see run_blocked)
       l.shared = 2 * (blocked_b_bytes<T>(N, K) + blocked_a_bytes<T>(M, K));
@@ -460,6 +472,25 @@ inline void transpose_block(const T* src, std::ptrdiff_t lds, T* dst, std::size_
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+
+// dst[i * ldd + j] = src[j * lds + i] for i < rows, j < cols: W x W blocks through registers, the
+// edges element by element.
+template <class T>
+inline void transpose_into(std::size_t rows, std::size_t cols, const T* src, std::size_t lds, T* dst,
+                           std::ptrdiff_t ldd) noexcept {
+  constexpr std::size_t W = xsimd::batch<T>::size;
+  std::size_t i0 = 0;
+  for (; i0 + W <= rows; i0 += W) {
+    std::size_t j0 = 0;
+    for (; j0 + W <= cols; j0 += W)
+      transpose_block(src + j0 * lds + i0, std::ptrdiff_t(lds), dst + std::ptrdiff_t(i0) * ldd + std::ptrdiff_t(j0),
+                      std::size_t(ldd));
+    for (std::size_t i = i0; i < i0 + W; ++i)
+      for (std::size_t j = j0; j < cols; ++j) dst[std::ptrdiff_t(i) * ldd + std::ptrdiff_t(j)] = src[j * lds + i];
+  }
+  for (std::size_t i = i0; i < rows; ++i)
+    for (std::size_t j = 0; j < cols; ++j) dst[std::ptrdiff_t(i) * ldd + std::ptrdiff_t(j)] = src[j * lds + i];
+}
 
 // Panel of n <= nr columns of B for kc rows: dst[k * nr + j] = B(k, j); columns n..nr zero.
 template <class T>
@@ -783,15 +814,17 @@ void run_stream_bt(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogu
   });
 
   const std::size_t slivers = ceil_div(p.N, MR);
-  const std::size_t per_task = std::clamp<std::size_t>(slivers / (4 * pool.size()), 1, 32);
+  const std::size_t per_task =
+      std::clamp<std::size_t>(slivers / (4 * pool.size()), 1, stream_slivers_per_task<T>(p.M));
   const std::size_t tasks = ceil_div(slivers, per_task);
   const std::ptrdiff_t bt_rs = p.B.col_stride, bt_cs = p.B.row_stride;  // B^T(j, k)
   pool.parallel_for(tasks, [&](std::size_t t, unsigned worker) {
     const std::size_t jb = t * per_task * MR, je = std::min(p.N, jb + per_task * MR);
-    T* tile_c = scratch + worker * scratch_stride;
+    T* ct = scratch + worker * scratch_stride;  // C^T of columns jb..je: ct[(j - jb) * ldt + i]
     for (std::size_t j = jb; j < je; j += MR) {
       const std::size_t m = std::min(MR, je - j);
       const T* bt = p.B.data + std::ptrdiff_t(j) * bt_rs;
+      T* tile_c = ct + (j - jb) * ldt;
       for (std::size_t pc = 0; pc < p.K; pc += KC) {
         const std::size_t kc = std::min(KC, p.K - pc);
         for (std::size_t s = 0; s < panels; ++s)
@@ -799,11 +832,8 @@ void run_stream_bt(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogu
                      kernel_args<T>{kc, bt + std::ptrdiff_t(pc) * bt_cs, bt_rs, bt_cs, ap + s * NR * p.K + pc * NR,
                                     std::ptrdiff_t(NR), tile_c + s * NR, std::ptrdiff_t(ldt), pc > 0});
       }
-      for (std::size_t i = 0; i < p.M; ++i) {
-        T* crow = p.C + std::ptrdiff_t(i) * p.ldc + std::ptrdiff_t(j);
-        for (std::size_t r = 0; r < m; ++r) crow[r] = tile_c[r * ldt + i];
-      }
     }
+    transpose_into(p.M, je - jb, ct, ldt, p.C + std::ptrdiff_t(jb), p.ldc);
     for (std::size_t i = 0; i < p.M; ++i) epilogue(item, i, jb, je - jb, p.C + std::ptrdiff_t(i) * p.ldc + std::ptrdiff_t(jb));
   });
 }
