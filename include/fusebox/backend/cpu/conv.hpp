@@ -190,7 +190,7 @@ void pack_a(std::size_t M, std::size_t K, matrix_view<T> a, T* dst) {
 }
 
 /// C [M, n] (row stride ldc) = (or += with `accumulate`) packed A [M, K] · panel [K, NR] (its
-/// columns n..NR zero or ignored). K in blocks of gemm's case-4 KC, so a block of the panel stays
+/// columns n..NR zero or ignored). K in blocks of gemm_config's kc, so a block of the panel stays
 /// in L1 while every sliver of A passes over it; a block after the first continues the C tile's
 /// chain, so each element is one fma chain in increasing k.
 template <class T>

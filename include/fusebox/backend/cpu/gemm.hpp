@@ -62,10 +62,9 @@
 //   C: each KC step loads and stores the C block once, and with other processes sharing the L3
 //   those passes go to memory.
 //   KC = 512 in case 5: 8 passes over C for K = 4096 (KC = 256: 16 passes, ~7% slower there;
-//     the A block MC x KC is 512 KiB, in L2). KC = 256 in case 4 with AVX-512, where the C^T tile
-//     lives in a per-thread scratch (L1) anyway and the packed A^T panel of KC x NR is 32 KiB (128
-//     was 5% slower, 512 no faster); 512 with AVX2, whose NR is half as wide: the same 32 KiB,
-//     and 3-7% faster than 256 (run AO).
+//     the A block MC x KC is 512 KiB, in L2). KC = 1024 in case 4 (kc_stream), where the C^T tiles
+//     live in a per-thread scratch anyway: the A^T panel block streams from L2, and a longer K
+//     block loads and stores each tile fewer times (run AQ; runs AO and earlier had 256 and 512).
 //   MC = 32 * MR (256 rows with AVX-512): one A block for M = 256, reused by every B panel of
 //     the task (144 rows measured ~10% slower). M blocks are equalised to a multiple of MR.
 //   NC = 2048: the packed B panel (KC x NC, 4 MiB of floats, double-buffered) lives in L3.
@@ -157,11 +156,14 @@ struct gemm_config {
   static constexpr std::size_t nv = 2;                               // vectors per tile row
   static constexpr std::size_t nr = nv * w;                          // tile columns
   static constexpr std::size_t mr = vector_registers >= 32 ? 8 : 6;  // tile rows
-  // K block (case 4): the packed A^T panel (KC x NR) at 32 KiB. With 16 registers (AVX2) NR is
-  // half AVX-512's, and KC 512 against 256 took M = 256, K = N = 4096 from 0.98-1.03x to
-  // 1.04-1.08x OpenBLAS at 1 and 2 threads (M = 32: 1.61-1.84x either way; docs/benchmarks.md,
-  // run AO). NEON (32 registers, 4 lanes) keeps 256, unmeasured.
+  // K block of conv's packed product (conv.hpp): its panel block (KC x NR) at 32 KiB, in L1.
   static constexpr std::size_t kc = vector_registers >= 32 ? 256 : 512;
+  // K block (case 4). The A^T panel block (KC x NR) streams from L2 at any of these sizes; a
+  // longer one means fewer loads and stores of each C^T tile. 1024 against 512 (AVX2) and 256
+  // (AVX-512): 1-2% and 2-3% faster on the W3c and T1 shapes (docs/benchmarks.md, run AQ; 2048
+  // at AVX2 no faster than 1024). Before, 512 against 256 at AVX2 had taken W3c b256 from
+  // 0.98-1.03x to 1.04-1.08x OpenBLAS (run AO). NEON unmeasured.
+  static constexpr std::size_t kc_stream = 1024;
   static constexpr std::size_t kc_blocked = 512;  // K block (case 5)
   static constexpr std::size_t mc = 32 * mr;      // rows of the packed A block per task (L2)
   static constexpr std::size_t nc = 2048;         // columns of the packed B panel (L3)
@@ -801,7 +803,7 @@ template <class T, class Epilogue>
 void run_stream_bt(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue, thread_pool& pool, T* ap,
                    T* scratch, std::size_t scratch_stride, bool pack_a) {
   using cfg = gemm_config<T>;
-  constexpr std::size_t MR = cfg::mr, NR = cfg::nr, KC = cfg::kc;
+  constexpr std::size_t MR = cfg::mr, NR = cfg::nr, KC = cfg::kc_stream;
   const std::size_t panels = ceil_div(p.M, NR);
   const std::size_t ldt = panels * NR;  // scratch row length
   const std::size_t kchunks = ceil_div(p.K, 1024);
