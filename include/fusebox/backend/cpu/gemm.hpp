@@ -721,7 +721,10 @@ inline T lane_sum(const xsimd::batch<T>& v) noexcept {
 
 // Case 3 helper: out[i * ldo + r] = dot(x[i], row r of B^T) for MX x ROWS outputs. Each output
 // has its own two accumulators (even and odd vectors of k), so its arithmetic does not depend
-// on MX or ROWS: grouping never changes a result.
+// on MX or ROWS: grouping never changes a result. No software prefetch: the ROWS contiguous
+// streams are what the hardware prefetchers follow best, and an L2 prefetch 4 KiB ahead of each
+// (here until 571b81d) made W3c b1's three products 5-12% slower on a Zen 3 EPYC and on the H200
+// host's Xeon, at AVX2 and AVX-512, 1 and 2 threads (docs/benchmarks.md, run AR).
 template <class T, std::size_t MX, std::size_t ROWS>
 inline void dot_block(std::size_t K, const T* const* x, const T* bt, std::ptrdiff_t ldbt, T* out,
                       std::ptrdiff_t ldo) noexcept {
@@ -736,7 +739,6 @@ inline void dot_block(std::size_t K, const T* const* x, const T* bt, std::ptrdif
   for (; k + 2 * W <= K; k += 2 * W) {
 #pragma GCC unroll 8
     for (std::size_t r = 0; r < ROWS; ++r) {
-      if ((k * sizeof(T)) % 64 == 0) prefetch_l2(rows[r], std::ptrdiff_t(k + 4096 / sizeof(T)));  // 4 KiB ahead
       const V b0 = V::load_unaligned(rows[r] + k), b1 = V::load_unaligned(rows[r] + k + W);
 #pragma GCC unroll 4
       for (std::size_t i = 0; i < MX; ++i) {
