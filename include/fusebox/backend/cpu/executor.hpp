@@ -546,6 +546,25 @@ struct basic_program {
     }
   };
 
+  /// The addressing an epilogue (matmul's, a spatial node's) works in, one per thread. Copying it
+  /// (~90 bytes per node of the whole program) on every call was 10% of T2's training step (up to
+  /// 65536 calls a step) and 6% of T1's (a matmul epilogue runs once per row run of C). So each
+  /// thread copies `proto` once per kernel call, the first time it runs that call's epilogue, and
+  /// at_row then updates it in place. `call` is the kernel call's number (next_kernel_call()).
+  static row_addressing& thread_addressing(const row_addressing& proto, std::uint64_t call) {
+    thread_local row_addressing ra;
+    thread_local std::uint64_t filled_for = 0;
+    if (filled_for != call) {
+      ra = proto;
+      filled_for = call;
+    }
+    return ra;
+  }
+  static std::uint64_t next_kernel_call() {
+    static std::atomic<std::uint64_t> calls{0};
+    return calls.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
+
   /// schedule::merge_dims over the operands `ids` of `a` (schedule/merge_dims.hpp). The evaluator
   /// reads an operand whose static last extent is 1 as constant along the row; its stride there is
   /// 0, so it merges only with dimensions it is also constant along, and stays constant along the
@@ -982,8 +1001,9 @@ struct basic_program {
         l[ext.size] = O;
         return l;
       }();
+      const std::uint64_t call = next_kernel_call();
       auto epilogue = [&](std::size_t b, std::size_t i, std::size_t j0, std::size_t n, T*) {
-        row_addressing a = proto;  // ~N pointers: cheap next to a row run of C
+        row_addressing& a = thread_addressing(proto, call);
         a.at_row(space, b * sz.m + i, ids.data(), ext.size + 1);
         auto write = [&]<class W, bool C2>(std::size_t j) {
           const W v = evaluator<group_of<K>, 0, W, C2>{a, nullptr, nullptr, sz.n, f.payload, j}.template get<O>();
@@ -1100,18 +1120,10 @@ struct basic_program {
       merge_dims_from(0, walk, walk_proto, ids.data(), ext.size + 1);
       const std::size_t walk_width = walk.back(0);
       // A kernel calls the epilogue from every task (T2's second layer: up to 65536 calls a step
-      // before runs of rows); copying the addressing (~90 bytes per node of the whole program) on
-      // every call was 10% of T2's training step. So each thread copies it once per kernel call,
-      // into a thread-local one that at_row then updates in place.
-      static std::atomic<std::uint64_t> calls{0};
-      const std::uint64_t call = calls.fetch_add(1, std::memory_order_relaxed) + 1;
+      // before runs of rows): the addressing is the thread's own (thread_addressing).
+      const std::uint64_t call = next_kernel_call();
       auto epilogue = [&](std::size_t r, std::size_t j0, std::size_t n) {
-        thread_local row_addressing ra;
-        thread_local std::uint64_t filled_for = 0;
-        if (filled_for != call) {
-          ra = walk_proto;
-          filled_for = call;
-        }
+        row_addressing& ra = thread_addressing(walk_proto, call);
         auto write = [&]<class W, bool C2>(std::size_t j) {
           const W v = evaluator<group_of<K>, 0, W, C2>{ra, nullptr, nullptr, walk_width, f.payload, j}.template get<O>();
           if constexpr (C2) store_v(const_cast<T*>(ra.ptr[O]) + j, v);
