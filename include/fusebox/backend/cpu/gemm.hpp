@@ -723,8 +723,8 @@ inline T lane_sum(const xsimd::batch<T>& v) noexcept {
 // has its own two accumulators (even and odd vectors of k), so its arithmetic does not depend
 // on MX or ROWS: grouping never changes a result. No software prefetch: the ROWS contiguous
 // streams are what the hardware prefetchers follow best, and an L2 prefetch 4 KiB ahead of each
-// (here until 571b81d) made W3c b1's three products 5-12% slower on a Zen 3 EPYC and on the H200
-// host's Xeon, at AVX2 and AVX-512, 1 and 2 threads (docs/benchmarks.md, run AR).
+// (here until 571b81d) made W3c b1's three products 1-12% slower (up to 27% with eight rows) on
+// a Zen 3 EPYC and on the H200 host's Xeon, at AVX2 and AVX-512, 1 and 2 threads (run AR).
 template <class T, std::size_t MX, std::size_t ROWS>
 inline void dot_block(std::size_t K, const T* const* x, const T* bt, std::ptrdiff_t ldbt, T* out,
                       std::ptrdiff_t ldo) noexcept {
