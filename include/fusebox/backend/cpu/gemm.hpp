@@ -61,8 +61,10 @@
 //   kernel needs NR * sizeof(T) = 128 B per 16 cycles. What matters is the number of passes over
 //   C: each KC step loads and stores the C block once, and with other processes sharing the L3
 //   those passes go to memory.
-//   KC = 512 in case 5: 8 passes over C for K = 4096 (KC = 256: 16 passes, ~7% slower there;
-//     the A block MC x KC is 512 KiB, in L2). KC = 1024 in case 4 (kc_stream), where the C^T tiles
+//   KC = 512 in case 5 with AVX-512: 8 passes over C for K = 4096 (KC = 256: 16 passes, ~7%
+//     slower there; the A block MC x KC is 512 KiB, in L2). With AVX2, 256: a B micro-panel of
+//     16 KiB, which stays in L1 (Zen 3's L2 feeds 32 B/cycle, and re-streaming a 32 KiB one for
+//     every tile was what made W [K, N] slow there; gemm_config::kc_blocked). KC = 1024 in case 4 (kc_stream), where the C^T tiles
 //     live in a per-thread scratch anyway: the A^T panel block streams from L2, and a longer K
 //     block loads and stores each tile fewer times (run AQ; runs AO and earlier had 256 and 512).
 //   MC = 32 * MR (256 rows with AVX-512): one A block for M = 256, reused by every B panel of
@@ -164,7 +166,14 @@ struct gemm_config {
   // at AVX2 no faster than 1024). Before, 512 against 256 at AVX2 had taken W3c b256 from
   // 0.98-1.03x to 1.04-1.08x OpenBLAS (run AO). NEON unmeasured.
   static constexpr std::size_t kc_stream = 1024;
-  static constexpr std::size_t kc_blocked = 512;  // K block (case 5)
+  // K block (case 5). With 16 registers (AVX2) the B micro-panel (KC x NR) is 16 KiB at 256, so
+  // it stays in L1 while the MR-row tiles of the block reuse it; at 512 (32 KiB, all of L1) each
+  // tile streamed it from L2 again. On a Zen 3 EPYC (L2 to L1 32 B a cycle), W3c's three layers
+  // with W [K, N] (docs/benchmarks.md, run AS): a scratch of the products alone at one thread,
+  // M = 32 0.65-0.69x the time, M = 64 0.8-0.9x, M = 256 0.97x; cpu_workloads W3c b32 [K, N]
+  // 0.94x / 0.71x at 1 / 2 threads, b256 0.97-0.99x; T1 at one thread 0.94x. AVX-512 keeps 512
+  // (KC = 256 measured ~7% slower at M = 256 on Zen 4).
+  static constexpr std::size_t kc_blocked = vector_registers >= 32 ? 512 : 256;
   static constexpr std::size_t mc = 32 * mr;      // rows of the packed A block per task (L2)
   static constexpr std::size_t nc = 2048;         // columns of the packed B panel (L3)
   static constexpr std::size_t mco = 1024;        // rows of A packed per round (case 5)
