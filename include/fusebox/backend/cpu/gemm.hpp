@@ -31,8 +31,9 @@
 //      that stays in L1, eight rows of B per pass (eight long contiguous streams), the next
 //      pass's rows prefetched into L2. Tasks split N into N / threads columns (at most 2048).
 //      B is read once, at memory bandwidth.
-//   3. M <= 4, B stored [N, K] ("gemv dots"): blocks of up to 8 rows of B^T against the rows of
-//      A, both contiguous along k, two vector accumulators per output, then a horizontal sum.
+//   3. M <= 4, B stored [N, K] ("gemv dots"): blocks of up to 8 (AVX-512: 16) rows of B^T
+//      against the rows of A, both contiguous along k, one vector accumulator per output, then a
+//      horizontal sum.
 //   4. M > 4, B stored [N, K], and the packed A^T (M x K) within 8 MiB ("stream B^T"): computes
 //      C^T = B^T A^T so that B is never packed. A^T is packed once into NR-wide panels (shared,
 //      L2/L3); each task takes MR rows of B^T at a time, broadcast in place (each row contiguous
@@ -729,43 +730,41 @@ inline T lane_sum(const xsimd::batch<T>& v) noexcept {
 }
 
 // Case 3 helper: out[i * ldo + r] = dot(x[i], row r of B^T) for MX x ROWS outputs. Each output
-// has its own two accumulators (even and odd vectors of k), so its arithmetic does not depend
-// on MX or ROWS: grouping never changes a result. No software prefetch: the ROWS contiguous
-// streams are what the hardware prefetchers follow best, and an L2 prefetch 4 KiB ahead of each
-// (here until 571b81d) made W3c b1's three products 1-12% slower (up to 27% with eight rows) on
-// a Zen 3 EPYC and on the H200 host's Xeon, at AVX2 and AVX-512, 1 and 2 threads (run AR).
+// has one vector accumulator (a chain of fmas over k in steps of a vector), summed across its
+// lanes at the end, so its arithmetic does not depend on MX or ROWS: grouping never changes a
+// result. One accumulator each leaves room for twice the rows (concurrent streams) of the two
+// per output this had until run AS (docs/benchmarks.md): a scratch of W3c b1's three products,
+// old and new alternated, took 0.87-0.96x the time at one thread on a Zen 3 EPYC (AVX2) and 0.96x
+// on the H200 host's Xeon (AVX2; 1.00x at AVX-512 with 16 rows); with M = 4, 0.89x (Zen 3) and
+// 0.63-0.77x (Xeon). No software prefetch: the ROWS
+// contiguous streams are what the hardware prefetchers follow best, and an L2 prefetch 4 KiB
+// ahead of each (here until 571b81d) made the same products 1-12% slower on a Zen 3 EPYC and on
+// the H200 host's Xeon, at AVX2 and AVX-512, 1 and 2 threads (run AR).
 template <class T, std::size_t MX, std::size_t ROWS>
 inline void dot_block(std::size_t K, const T* const* x, const T* bt, std::ptrdiff_t ldbt, T* out,
                       std::ptrdiff_t ldo) noexcept {
   using V = xsimd::batch<T>;
   constexpr std::size_t W = V::size;
-  V acc[MX][ROWS][2];
+  V acc[MX][ROWS];
   const T* rows[ROWS];
   for (std::size_t r = 0; r < ROWS; ++r) rows[r] = bt + std::ptrdiff_t(r) * ldbt;
   for (std::size_t i = 0; i < MX; ++i)
-    for (std::size_t r = 0; r < ROWS; ++r) acc[i][r][0] = acc[i][r][1] = V(T(0));
+    for (std::size_t r = 0; r < ROWS; ++r) acc[i][r] = V(T(0));
   std::size_t k = 0;
-  for (; k + 2 * W <= K; k += 2 * W) {
-#pragma GCC unroll 8
-    for (std::size_t r = 0; r < ROWS; ++r) {
-      const V b0 = V::load_unaligned(rows[r] + k), b1 = V::load_unaligned(rows[r] + k + W);
+  for (; k + W <= K; k += W) {
+    V xv[MX];
 #pragma GCC unroll 4
-      for (std::size_t i = 0; i < MX; ++i) {
-        acc[i][r][0] = vmath::detail::fma(V::load_unaligned(x[i] + k), b0, acc[i][r][0]);
-        acc[i][r][1] = vmath::detail::fma(V::load_unaligned(x[i] + k + W), b1, acc[i][r][1]);
-      }
-    }
-  }
-  if (k + W <= K) {
+    for (std::size_t i = 0; i < MX; ++i) xv[i] = V::load_unaligned(x[i] + k);
+#pragma GCC unroll 16
     for (std::size_t r = 0; r < ROWS; ++r) {
-      const V b0 = V::load_unaligned(rows[r] + k);
-      for (std::size_t i = 0; i < MX; ++i) acc[i][r][0] = vmath::detail::fma(V::load_unaligned(x[i] + k), b0, acc[i][r][0]);
+      const V b = V::load_unaligned(rows[r] + k);
+#pragma GCC unroll 4
+      for (std::size_t i = 0; i < MX; ++i) acc[i][r] = vmath::detail::fma(xv[i], b, acc[i][r]);
     }
-    k += W;
   }
   for (std::size_t i = 0; i < MX; ++i)
     for (std::size_t r = 0; r < ROWS; ++r) {
-      T s = lane_sum(acc[i][r][0] + acc[i][r][1]);
+      T s = lane_sum(acc[i][r]);
       for (std::size_t kk = k; kk < K; ++kk) s = vmath::detail::fma(x[i][kk], rows[r][kk], s);
       out[std::ptrdiff_t(i) * ldo + std::ptrdiff_t(r)] = s;
     }
@@ -776,9 +775,9 @@ inline void dot_block(std::size_t K, const T* const* x, const T* bt, std::ptrdif
 template <class T, std::size_t MX, class Epilogue>
 void run_gemv_dots(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue, thread_pool& pool, T* xbuf) {
   using cfg = gemm_config<T>;
-  // Rows of B^T per block: as many concurrent streams as keep the 2 * MX * ROWS accumulators
-  // within half the vector registers (8 rows for M = 1 with AVX-512: 10% faster than 4).
-  constexpr std::size_t ROWS = std::max<std::size_t>(1, vector_registers / 2 / (2 * MX));
+  // Rows of B^T per block: as many concurrent streams as keep the MX * ROWS accumulators within
+  // half the vector registers (8 rows for M = 1 with AVX2, 16 with AVX-512).
+  constexpr std::size_t ROWS = std::max<std::size_t>(1, vector_registers / 2 / MX);
   const T* x[MX];
   narrow_rows<T, MX>(p, xbuf, x);
   const std::ptrdiff_t ldbt = p.B.col_stride;
