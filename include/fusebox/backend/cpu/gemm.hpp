@@ -65,9 +65,10 @@
 //   KC = 512 in case 5 with AVX-512: 8 passes over C for K = 4096 (KC = 256: 16 passes, ~7%
 //     slower there; the A block MC x KC is 512 KiB, in L2). With AVX2, 256: a B micro-panel of
 //     16 KiB, which stays in L1 (Zen 3's L2 feeds 32 B/cycle, and re-streaming a 32 KiB one for
-//     every tile was what made W [K, N] slow there; gemm_config::kc_blocked). KC = 1024 in case 4 (kc_stream), where the C^T tiles
-//     live in a per-thread scratch anyway: the A^T panel block streams from L2, and a longer K
-//     block loads and stores each tile fewer times (run AQ; runs AO and earlier had 256 and 512).
+//     every tile was what made W [K, N] slow there; gemm_config::kc_blocked). KC = 1024 in
+//     case 4 (kc_stream), where the C^T tiles live in a per-thread scratch anyway: the A^T panel
+//     block streams from L2, and a longer K block loads and stores each tile fewer times (run AQ;
+//     runs AO and earlier had 256 and 512).
 //   MC = 32 * MR (256 rows with AVX-512): one A block for M = 256, reused by every B panel of
 //     the task (144 rows measured ~10% slower). M blocks are equalised to a multiple of MR.
 //   NC = 2048: the packed B panel (KC x NC, 4 MiB of floats, double-buffered) lives in L3.
@@ -736,10 +737,10 @@ inline T lane_sum(const xsimd::batch<T>& v) noexcept {
 // per output this had until run AS (docs/benchmarks.md): a scratch of W3c b1's three products,
 // old and new alternated, took 0.87-0.96x the time at one thread on a Zen 3 EPYC (AVX2) and 0.96x
 // on the H200 host's Xeon (AVX2; 1.00x at AVX-512 with 16 rows); with M = 4, 0.89x (Zen 3) and
-// 0.63-0.77x (Xeon). No software prefetch: the ROWS
-// contiguous streams are what the hardware prefetchers follow best, and an L2 prefetch 4 KiB
-// ahead of each (here until 571b81d) made the same products 1-12% slower on a Zen 3 EPYC and on
-// the H200 host's Xeon, at AVX2 and AVX-512, 1 and 2 threads (run AR).
+// 0.63-0.77x (Xeon). No software prefetch: the ROWS contiguous streams are what the hardware
+// prefetchers follow best, and an L2 prefetch 4 KiB ahead of each (here until 571b81d) made the
+// same products 1-12% slower on a Zen 3 EPYC and on the H200 host's Xeon, at AVX2 and AVX-512,
+// 1 and 2 threads (run AR).
 template <class T, std::size_t MX, std::size_t ROWS>
 inline void dot_block(std::size_t K, const T* const* x, const T* bt, std::ptrdiff_t ldbt, T* out,
                       std::ptrdiff_t ldo) noexcept {
