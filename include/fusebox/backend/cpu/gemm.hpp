@@ -170,11 +170,11 @@ struct gemm_config {
   static constexpr std::size_t kc_stream = 1024;
   // K block (case 5). With 16 registers (AVX2) the B micro-panel (KC x NR) is 16 KiB at 256, so
   // it stays in L1 while the MR-row tiles of the block reuse it; at 512 (32 KiB, all of L1) each
-  // tile streamed it from L2 again. On a Zen 3 EPYC (L2 to L1 32 B a cycle), W3c's three layers
-  // with W [K, N] (docs/benchmarks.md, run AS): a scratch of the products alone at one thread,
-  // M = 32 0.65-0.69x the time, M = 64 0.8-0.9x, M = 256 0.97x; cpu_workloads W3c b32 [K, N]
-  // 0.94x / 0.71x at 1 / 2 threads, b256 0.97-0.99x; T1 at one thread 0.94x. AVX-512 keeps 512
-  // (KC = 256 measured ~7% slower at M = 256 on Zen 4).
+  // tile streamed it from L2 again. On a Zen 3 EPYC (L2 to L1 32 B a cycle), W [K, N]
+  // (docs/benchmarks.md, run AS): bench/gemm.cpp, 3 alternated pairs, M = 32 on the 4096 x 4096
+  // layer 0.74x / 0.67x the time at 1 / 2 threads; M = 256 mixed, 0.82-1.16x by layer and thread
+  // count (geometric mean 1.00); cpu_workloads W3c b32 [K, N] 0.94x / 0.71x, b256 0.97-0.99x.
+  // AVX-512 keeps 512 (KC = 256 measured ~7% slower at M = 256 on Zen 4).
   static constexpr std::size_t kc_blocked = vector_registers >= 32 ? 512 : 256;
   static constexpr std::size_t mc = 32 * mr;      // rows of the packed A block per task (L2)
   static constexpr std::size_t nc = 2048;         // columns of the packed B panel (L3)
