@@ -1,20 +1,24 @@
-// Micro-benchmark of fusebox/backend/cpu/vmath.hpp against xsimd's own functions and Eigen 3.4's
-// vectorised ones: 16M floats, one thread, median of 20 runs after 3 warm-ups, in one process.
+// Micro-benchmark of fusebox/backend/cpu/vmath.hpp (the faithful functions and vmath::fast, what
+// options::fast_math evaluates) against xsimd's own functions and Eigen 3.4's vectorised ones, one
+// thread, in one process: 16M floats from memory, and a row of 4096 floats held in L1 (the
+// arithmetic without the memory traffic), medians of 20 rounds after 3 warm-ups each.
 //
 // Build: g++ -std=c++20 -O3 -march=native -DNDEBUG -Iinclude -I/usr/include/eigen3 bench/vmath.cpp
 // Each system gets its best honest configuration: fusebox and xsimd run the same loop (full
 // batches of xsimd's default arch, then a scalar tail), Eigen evaluates its own array expression
-// (.exp(), .log(), .erf(), .tanh(); EIGEN_FAST_MATH at its default, on) into a preallocated array.
-// All read the same aligned input and write the same preallocated, already touched output. The
-// systems run in interleaved rounds (warm-up rounds, then timed rounds, each round timing every
-// system once), so that load from other processes on a shared machine falls on all of them alike.
-// Also printed: each system's max error on the first 2^20 inputs against a long double
-// reference, and the same loop copying the bytes (the memory floor).
+// (.exp(), .log(), .erf(), .tanh(), .logistic(); EIGEN_FAST_MATH at its default, on) into a
+// preallocated array. All read the same aligned input and write the same preallocated, already
+// touched output. The systems run in interleaved rounds (warm-up rounds, then timed rounds, each
+// round timing every system once), so that load from other processes on a shared machine falls on
+// all of them alike. Also printed: each system's max relative and absolute error on the first 2^20
+// inputs against a long double reference (the inputs span the ranges tests/cpu/vmath.cpp quotes
+// Eigen's errors for: fast_math's contract is Eigen's error or better), and the same loop copying
+// the bytes (the memory floor).
 //
-// Also W1c's body (gelu(x w + b) sigmoid(x)) on one row held in L1: ns per element and each
-// system's largest elementwise relative error.
-// Output: one JSON object per measurement, then a table of times and ratios. Without Eigen on the
-// include path (CMake: link Eigen3::Eigen) the Eigen rows are skipped.
+// Also W1c's body (gelu(x w + b) sigmoid(x)) on one row held in L1, faithful and fast: ns per
+// element and each system's largest elementwise relative error.
+// Output: one JSON object per measurement, then a table of times, ratios and errors. Without Eigen
+// on the include path (CMake: link Eigen3::Eigen) the Eigen rows are skipped.
 #include <fusebox/backend/cpu/vmath.hpp>
 
 #include <xsimd/xsimd.hpp>
@@ -47,6 +51,11 @@ constexpr std::size_t n = std::size_t(1) << 24;
 constexpr int warmups = 3;
 constexpr int runs = 20;
 constexpr std::size_t checked = std::size_t(1) << 20;
+// The elements a system's run covers: n (from memory), or in_l1 (a row that stays in L1, run
+// l1_reps times: the arithmetic without the memory traffic).
+constexpr std::size_t in_l1 = 4096;
+constexpr int l1_reps = 1024;
+std::size_t len = n;
 
 // Kept out of main (noipa: no inlining, no constant propagation of count), so the loop is compiled
 // once per function for an unknown count, as in a kernel.
@@ -61,6 +70,20 @@ FUSEBOX_BENCH_OPAQUE void elementwise(float const* x, float* y, std::size_t coun
     for (; i + batch::size <= count; i += batch::size) f(batch::load_aligned(x + i)).store_aligned(y + i);
     for (; i < count; ++i) y[i] = f(x[i]);
 }
+
+// xsimd's function on a batch, <cmath>'s on the scalar tail: the xsimd peer's composites.
+namespace xsimd_or_std {
+template <class V>
+V exp(V v) {
+    if constexpr (std::is_same_v<V, float>) return std::exp(v);
+    else return xsimd::exp(v);
+}
+template <class V>
+V erf(V v) {
+    if constexpr (std::is_same_v<V, float>) return std::erf(v);
+    else return xsimd::erf(v);
+}
+}  // namespace xsimd_or_std
 
 struct accuracy {
     double rel = 0, abs = 0;
@@ -86,7 +109,8 @@ struct system_run {
 
 struct result {
     std::string fn, system;
-    double us;
+    double us;     // from memory, n elements
+    double l1_ns;  // per element, in L1
     accuracy acc;
 };
 
@@ -98,25 +122,41 @@ double seconds_of(std::function<void()> const& run) {
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
 }
 
-void compare(char const* fn, std::vector<system_run> const& systems, float const* x, float const* y,
-             ld (*ref)(ld)) {
-    std::vector<std::vector<double>> t(systems.size());
+// Median over interleaved rounds of each system's time for `body(s)`, in microseconds.
+std::vector<double> medians(std::size_t count, std::function<void(std::size_t)> const& body) {
+    std::vector<std::vector<double>> t(count);
     for (int round = 0; round < warmups + runs; ++round)
-        for (std::size_t s = 0; s < systems.size(); ++s) {
-            double const us = seconds_of(systems[s].run);
+        for (std::size_t s = 0; s < count; ++s) {
+            double const us = seconds_of([&] { body(s); });
             if (round >= warmups) t[s].push_back(us);
         }
+    std::vector<double> m;
+    for (auto& v : t) {
+        std::sort(v.begin(), v.end());
+        m.push_back((v[runs / 2 - 1] + v[runs / 2]) / 2);
+    }
+    return m;
+}
+
+void compare(char const* fn, std::vector<system_run> const& systems, float const* x, float const* y,
+             ld (*ref)(ld)) {
+    len = n;
+    std::vector<double> const mem = medians(systems.size(), [&](std::size_t s) { systems[s].run(); });
+    len = in_l1;
+    std::vector<double> const l1 = medians(systems.size(), [&](std::size_t s) {
+        for (int r = 0; r < l1_reps; ++r) systems[s].run();
+    });
+    len = n;
     for (std::size_t s = 0; s < systems.size(); ++s) {
-        std::sort(t[s].begin(), t[s].end());
-        double const us = (t[s][runs / 2 - 1] + t[s][runs / 2]) / 2;
         systems[s].run();  // its own output, for the accuracy check
         accuracy const acc = ref ? measure(x, y, ref) : accuracy{};
-        results.push_back({fn, systems[s].system, us, acc});
+        double const l1_ns = l1[s] * 1e3 / (double(l1_reps) * in_l1);
+        results.push_back({fn, systems[s].system, mem[s], l1_ns, acc});
         std::printf(
             "{\"workload\":\"vmath_%s\",\"system\":\"%s\",\"mode\":\"eager\",\"threads\":1,\"n\":%zu,"
-            "\"median_us\":%.1f,\"min_us\":%.1f,\"gelem_per_s\":%.3f,\"gbps\":%.2f,\"max_rel_err\":%.3g,"
-            "\"max_abs_err\":%.3g,\"config\":\"%s\"}\n",
-            fn, systems[s].system, n, us, t[s].front(), n / (us * 1e3), 2.0 * n * sizeof(float) / (us * 1e3),
+            "\"median_us\":%.1f,\"gelem_per_s\":%.3f,\"gbps\":%.2f,\"in_l1_ns_per_elem\":%.4f,"
+            "\"max_rel_err\":%.3g,\"max_abs_err\":%.3g,\"config\":\"%s\"}\n",
+            fn, systems[s].system, n, mem[s], n / (mem[s] * 1e3), 2.0 * n * sizeof(float) / (mem[s] * 1e3), l1_ns,
             acc.rel, acc.abs, systems[s].config);
     }
 }
@@ -126,6 +166,7 @@ ld ref_log(ld v) { return std::log(v); }
 ld ref_erf(ld v) { return std::erf(v); }
 ld ref_tanh(ld v) { return std::tanh(v); }
 ld ref_gelu(ld v) { return ld(0.5) * v * std::erfc(-v / std::sqrt(ld(2))); }
+ld ref_sigmoid(ld v) { return 1 / (1 + std::exp(-v)); }
 
 // W1c's body (BENCHMARKS.md: y = gelu(x w + b) sigmoid(x)) over `count` floats; t = x w + b is kept
 // in `t` so that the accuracy check can start from the same rounded t the system used.
@@ -141,6 +182,22 @@ FUSEBOX_BENCH_OPAQUE void w1c_fusebox(float const* x, float const* w, float cons
     for (; i < count; ++i) {
         t[i] = std::fma(x[i], w[i], b[i]);
         y[i] = vm::gelu(t[i]) * vm::sigmoid(x[i]);
+    }
+}
+
+// The same body in options::fast_math's functions (vmath::fast).
+FUSEBOX_BENCH_OPAQUE void w1c_fusebox_fast(float const* x, float const* w, float const* b, float* t, float* y,
+                                           std::size_t count) {
+    std::size_t i = 0;
+    for (; i + batch::size <= count; i += batch::size) {
+        batch const xv = batch::load_unaligned(x + i);
+        batch const tv = xsimd::fma(xv, batch::load_unaligned(w + i), batch::load_unaligned(b + i));
+        tv.store_unaligned(t + i);
+        (vm::fast::gelu(tv) * vm::fast::sigmoid(xv)).store_unaligned(y + i);
+    }
+    for (; i < count; ++i) {
+        t[i] = std::fma(x[i], w[i], b[i]);
+        y[i] = vm::fast::gelu(t[i]) * vm::fast::sigmoid(x[i]);
     }
 }
 
@@ -178,7 +235,7 @@ void w1c_in_cache() {
     std::vector<float> x(checked), w(checked), b(checked), t(checked), y(checked);
     for (std::size_t i = 0; i < checked; ++i) x[i] = u3(rng), w[i] = u1(rng), b[i] = u1(rng);
     using body = void (*)(float const*, float const*, float const*, float*, float*, std::size_t);
-    std::vector<std::pair<char const*, body>> systems{{"fusebox", w1c_fusebox}};
+    std::vector<std::pair<char const*, body>> systems{{"fusebox", w1c_fusebox}, {"fast", w1c_fusebox_fast}};
 #if FUSEBOX_BENCH_VMATH_EIGEN
     systems.push_back({"eigen", w1c_eigen});
 #endif
@@ -226,7 +283,7 @@ int main() {
     auto eigen = [&](char const* config, auto expr) {
         std::vector<system_run> v;
 #if FUSEBOX_BENCH_VMATH_EIGEN
-        v.push_back({"eigen", config, [&x, &y, expr] { y = expr(x); }});
+        v.push_back({"eigen", config, [&x, &y, expr] { y.head(len) = expr(x.head(len)); }});
 #else
         (void)config, (void)expr;
 #endif
@@ -238,54 +295,73 @@ int main() {
     };
 
     char const* fb = "xsimd::batch<float> default arch + scalar tail";
+    char const* ff = "same loop, vmath::fast (options::fast_math)";
     char const* xs = "same loop, xsimd 8.1 functions";
     char const* eg = "Eigen 3.4 ArrayXf expression, default EIGEN_FAST_MATH";
     static constexpr float rsqrt2 = 0.70710678118654752f;
 
     fill(-1, 1);
     compare("copy", {{"limit", "same loop, y = x: the memory floor", [&] {
-                          elementwise(px, py, n, [](auto v) { return v; });
+                          elementwise(px, py, len, [](auto v) { return v; });
                       }}},
             px, py, nullptr);
 
-    fill(-10, 10);
+    fill(-80, 80);
     compare("exp",
-            with({{"fusebox", fb, [&] { elementwise(px, py, n, [](auto v) { return vm::exp(v); }); }},
-                  {"xsimd", xs, [&] { elementwise(px, py, n, [](auto v) { return xsimd::exp(v); }); }}},
+            with({{"fusebox", fb, [&] { elementwise(px, py, len, [](auto v) { return vm::exp(v); }); }},
+                  {"fast", ff, [&] { elementwise(px, py, len, [](auto v) { return vm::fast::exp(v); }); }},
+                  {"xsimd", xs, [&] { elementwise(px, py, len, [](auto v) { return xsimd::exp(v); }); }}},
                  eigen(eg, [](auto const& a) { return a.exp(); })),
             px, py, ref_exp);
 
-    fill(1e-3f, 100.f);
+    fill(1e-3f, 1e3f);
     compare("log",
-            with({{"fusebox", fb, [&] { elementwise(px, py, n, [](auto v) { return vm::log(v); }); }},
-                  {"xsimd", xs, [&] { elementwise(px, py, n, [](auto v) { return xsimd::log(v); }); }}},
+            with({{"fusebox", fb, [&] { elementwise(px, py, len, [](auto v) { return vm::log(v); }); }},
+                  {"fast", ff, [&] { elementwise(px, py, len, [](auto v) { return vm::fast::log(v); }); }},
+                  {"xsimd", xs, [&] { elementwise(px, py, len, [](auto v) { return xsimd::log(v); }); }}},
                  eigen(eg, [](auto const& a) { return a.log(); })),
             px, py, ref_log);
 
-    fill(-6, 6);
+    fill(-4, 4);
     compare("erf",
-            with({{"fusebox", fb, [&] { elementwise(px, py, n, [](auto v) { return vm::erf(v); }); }},
-                  {"xsimd", xs, [&] { elementwise(px, py, n, [](auto v) { return xsimd::erf(v); }); }}},
+            with({{"fusebox", fb, [&] { elementwise(px, py, len, [](auto v) { return vm::erf(v); }); }},
+                  {"fast", ff, [&] { elementwise(px, py, len, [](auto v) { return vm::fast::erf(v); }); }},
+                  {"xsimd", xs, [&] { elementwise(px, py, len, [](auto v) { return xsimd::erf(v); }); }}},
                  eigen(eg, [](auto const& a) { return a.erf(); })),
             px, py, ref_erf);
 
+    fill(-9, 9);
     compare("tanh",
-            with({{"fusebox", fb, [&] { elementwise(px, py, n, [](auto v) { return vm::tanh(v); }); }},
-                  {"xsimd", xs, [&] { elementwise(px, py, n, [](auto v) { return xsimd::tanh(v); }); }}},
+            with({{"fusebox", fb, [&] { elementwise(px, py, len, [](auto v) { return vm::tanh(v); }); }},
+                  {"fast", ff, [&] { elementwise(px, py, len, [](auto v) { return vm::fast::tanh(v); }); }},
+                  {"xsimd", xs, [&] { elementwise(px, py, len, [](auto v) { return xsimd::tanh(v); }); }}},
                  eigen(eg, [](auto const& a) { return a.tanh(); })),
             px, py, ref_tanh);
 
+    fill(-80, 20);
+    compare("sigmoid",
+            with({{"fusebox", fb, [&] { elementwise(px, py, len, [](auto v) { return vm::sigmoid(v); }); }},
+                  {"fast", ff, [&] { elementwise(px, py, len, [](auto v) { return vm::fast::sigmoid(v); }); }},
+                  {"xsimd", "same loop, 1 / (1 + xsimd::exp(-x))",
+                   [&] {
+                       elementwise(px, py, len, [](auto v) {
+                           using V = decltype(v);
+                           return V(1.f) / (V(1.f) + xsimd_or_std::exp(-v));
+                       });
+                   }}},
+                 eigen(eg, [](auto const& a) { return a.logistic(); })),
+            px, py, ref_sigmoid);
+
+    fill(-10, 10);
     // gelu: the peers use the textbook 0.5 x (1 + erf(x / sqrt2)) with their own erf.
     compare("gelu",
-            with({{"fusebox", fb, [&] { elementwise(px, py, n, [](auto v) { return vm::gelu(v); }); }},
+            with({{"fusebox", fb, [&] { elementwise(px, py, len, [](auto v) { return vm::gelu(v); }); }},
+                  {"fast", ff, [&] { elementwise(px, py, len, [](auto v) { return vm::fast::gelu(v); }); }},
                   {"xsimd", "same loop, 0.5 x (1 + xsimd::erf(x / sqrt2))",
                    [&] {
-                       elementwise(px, py, n, [](auto v) {
+                       elementwise(px, py, len, [](auto v) {
                            using V = decltype(v);
-                           if constexpr (std::is_same_v<V, float>)
-                               return 0.5f * v * (1.f + std::erf(v * rsqrt2));
-                           else
-                               return V(0.5f) * v * (V(1.f) + xsimd::erf(v * V(rsqrt2)));
+                           return V(0.5f) * v * (V(1.f) + xsimd_or_std::erf(v * V(rsqrt2)));
                        });
                    }}},
                  eigen("0.5 x (1 + (x / sqrt2).erf()) as one Eigen expression",
@@ -297,19 +373,22 @@ int main() {
     std::printf("\nvmath: %zu floats, 1 thread, median of %d interleaved rounds after %d warm-up rounds; "
                 "memory floor (copy) %.2f ms\n",
                 n, runs, warmups, results.front().us / 1e3);
-    std::printf("%-6s %11s %10s %10s %9s %9s   %s\n", "fn", "fusebox ms", "xsimd ms", "eigen ms", "xsimd/fb",
-                "eigen/fb", "max rel err: fusebox / xsimd / eigen");
-    for (char const* fn : {"exp", "log", "erf", "tanh", "gelu"}) {
-        result const* r[3] = {};
+    std::printf("%-8s %-8s %9s %9s %9s %9s %11s %11s\n", "fn", "system", "ms", "eigen/x", "L1 ns/el", "eigen/x",
+                "max rel err", "max abs err");
+    for (char const* fn : {"exp", "log", "erf", "tanh", "sigmoid", "gelu"}) {
+        result const* eigen = nullptr;
         for (auto const& res : results)
-            if (res.fn == fn) r[res.system == "fusebox" ? 0 : res.system == "xsimd" ? 1 : 2] = &res;
-        if (r[2])
-            std::printf("%-6s %11.2f %10.2f %10.2f %9.2f %9.2f   %.1e / %.1e / %.1e\n", fn, r[0]->us / 1e3,
-                        r[1]->us / 1e3, r[2]->us / 1e3, r[1]->us / r[0]->us, r[2]->us / r[0]->us, r[0]->acc.rel,
-                        r[1]->acc.rel, r[2]->acc.rel);
-        else
-            std::printf("%-6s %11.2f %10.2f %10s %9.2f %9s   %.1e / %.1e / -\n", fn, r[0]->us / 1e3, r[1]->us / 1e3,
-                        "-", r[1]->us / r[0]->us, "-", r[0]->acc.rel, r[1]->acc.rel);
+            if (res.fn == fn && res.system == "eigen") eigen = &res;
+        for (auto const& res : results) {
+            if (res.fn != fn) continue;
+            if (eigen)
+                std::printf("%-8s %-8s %9.2f %9.2f %9.3f %9.2f %11.2e %11.2e\n", fn, res.system.c_str(),
+                            res.us / 1e3, eigen->us / res.us, res.l1_ns, eigen->l1_ns / res.l1_ns, res.acc.rel,
+                            res.acc.abs);
+            else
+                std::printf("%-8s %-8s %9.2f %9s %9.3f %9s %11.2e %11.2e\n", fn, res.system.c_str(), res.us / 1e3,
+                            "-", res.l1_ns, "-", res.acc.rel, res.acc.abs);
+        }
     }
     return 0;
 }

@@ -37,7 +37,8 @@ struct options {
   fusebox::backend backend = fusebox::backend::automatic;
   int recompile_limit = 8;
   bool error_on_recompile = false;
-  bool fast_math = false;
+  bool fast_math = false;          ///< float transcendentals within Eigen 3.4's error instead of faithful
+                                   ///< (host: vmath::fast); NVRTC's --use_fast_math on CUDA
   unsigned threads = 0;  ///< 0: fusebox::default_threads()
   /// reduce_overhead: CUDA graphs kept per compiled function (one per call signature: extents,
   /// addresses), least recently used dropped first. See compiled::cudagraph_sizes.

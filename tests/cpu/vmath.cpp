@@ -377,6 +377,9 @@ TEMPLATE_TEST_CASE("vmath::erf and vmath::tanh are exactly odd", "[vmath]", floa
 // bounds documented in vmath.hpp (measured maxima plus a margin). Inputs where a fast function is
 // documented to differ in kind are left out of the sweep and checked as special values below: -inf
 // for silu, gelu and gelu_tanh (NaN), and exp within 3e-6 of overflow (may round to +inf).
+// The contract (issue 24) is Eigen 3.4's error or better: Eigen's own errors over every normal float
+// of the ranges given (AVX2 build, against double; docs/benchmarks.md run AU, where fusebox's fast
+// functions over the same floats are within these bounds too) cap every bound below at compile time.
 namespace {
 
 std::vector<float> without(std::vector<float> xs, auto drop) {
@@ -385,29 +388,50 @@ std::vector<float> without(std::vector<float> xs, auto drop) {
 }
 bool is_neg_inf(float x) { return x == -lim<float>::infinity(); }
 
+// Where this build has no fused multiply-add (x86-64 without -march, say), both fusebox's and
+// Eigen's float evaluation round more often; log and erf then have their own figures, measured the
+// same way in such a build.
+constexpr bool fused = fusebox::vmath::detail::fuses_fma<float>;
+namespace eigen_error {
+constexpr ld exp_rel = 1.19e-7;                      // x in [-86.9, 88.7]
+constexpr ld log_rel = fused ? 8.36e-8 : 1.16e-7;    // x > 0
+constexpr ld erf_abs = fused ? 4.42e-7 : 4.68e-7;    // x in (0, 4.25]; also its relative error
+constexpr ld tanh_rel = 2.92e-7;                     // x in [-9.5, 9.5]
+constexpr ld logistic_abs = 1.74e-7;                 // x in [-80, 20]; relative 9.9e-4
+constexpr ld gelu_abs = 1.48e-6;                     // x in [-10, 10]
+}  // namespace eigen_error
+
 }  // namespace
 
 TEST_CASE("vmath::fast: float error bounds over the sweep, scalar == batch lane", "[vmath][fast_math]") {
     namespace vf = fusebox::vmath::fast;
+    // gelu's bound is what erf's 3.6e-7 (every float) allows near 5.5: 0.5 x 3.6e-7 and the rounding.
+    // Without a fused multiply-add, log and erf measured 9.8e-8 and 4.1e-7 over every normal float.
+    constexpr ld log_rel = fused ? 8.2e-8 : 1.0e-7, erf_err = fused ? 3.6e-7 : 4.2e-7;
+    constexpr bounds exp_b{.rel = 1.0e-7}, log_b{.rel = log_rel}, erf_b{.rel = erf_err, .abs = erf_err},
+                     tanh_b{.rel = 2.0e-7, .abs = 1.0e-7}, sigmoid_b{.rel = 1.5e-7}, gelu_b{.abs = 1.25e-6};
+    static_assert(exp_b.rel <= eigen_error::exp_rel && log_b.rel <= eigen_error::log_rel);
+    static_assert(erf_b.rel <= eigen_error::erf_abs && tanh_b.rel <= eigen_error::tanh_rel);
+    static_assert(sigmoid_b.rel <= eigen_error::logistic_abs && gelu_b.abs <= eigen_error::gelu_abs);
     check<float>("fast exp", [](auto x) { return vf::exp(x); }, ref_exp,
-                 without(exp_inputs<float>(), [](float x) { return x > 88.72f && x < 88.75f; }),
-                 {.rel = 3.3e-6});
+                 without(exp_inputs<float>(), [](float x) { return x > 88.72f && x < 88.75f; }), exp_b);
     check<float>("fast log", [](auto x) { return vf::log(x); }, ref_log,
                  without(inputs<float>(0.0f, 10.0f, {2.0f / 3, 4.0f / 3, 1.0f, 0.75f, 1.5f}, 12),
                          [](float x) { return x != 0 && std::fabs(x) < lim<float>::min(); }),  // subnormals: -inf
-                 {.rel = 1.8e-6});
+                 log_b);
     check<float>("fast erf", [](auto x) { return vf::erf(x); }, ref_erf,
-                 inputs<float>(-7.0f, 7.0f, {0.875f, -0.875f, 3.6f, -3.6f}, 13), {.abs = 1.7e-6});
+                 inputs<float>(-7.0f, 7.0f, {0.875f, -0.875f, 3.6f, -3.6f}, 13), erf_b);
     check<float>("fast tanh", [](auto x) { return vf::tanh(x); }, ref_tanh,
-                 inputs<float>(-22.0f, 22.0f, {9.0f, 10.0f, 0.35f}, 14), {.rel = 6.5e-7, .abs = 1.7e-7});
-    check<float>("fast sigmoid", [](auto x) { return vf::sigmoid(x); }, ref_sigmoid, exp_inputs<float>(),
-                 {.rel = 3.6e-6});
+                 inputs<float>(-22.0f, 22.0f, {9.0f, 10.0f, 0.35f}, 14), tanh_b);
+    check<float>("fast sigmoid", [](auto x) { return vf::sigmoid(x); }, ref_sigmoid, exp_inputs<float>(), sigmoid_b);
+    // silu and gelu_tanh: Eigen has neither; its x * logistic(x) and 0.5 x (1 + tanh(u)) inherit
+    // logistic's 9.9e-4 and tanh's cancellation, far above these.
     check<float>("fast silu", [](auto x) { return vf::silu(x); }, ref_silu, without(exp_inputs<float>(), is_neg_inf),
-                 {.rel = 3.6e-6});
+                 {.rel = 3.6e-7});
     check<float>("fast gelu", [](auto x) { return vf::gelu(x); }, ref_gelu,
-                 without(inputs<float>(-16.0f, 16.0f, {-5.5f, -3.0f, 3.6f}, 15), is_neg_inf), {.abs = 3.8e-6});
+                 without(inputs<float>(-16.0f, 16.0f, {-5.5f, -3.0f, 3.6f}, 15), is_neg_inf), gelu_b);
     auto xs = without(inputs<float>(-3.0f, 14.0f, {-3.0f}, 16), [](float x) { return !(x >= -3.0f); });
-    check<float>("fast gelu_tanh", [](auto x) { return vf::gelu_tanh(x); }, ref_gelu_tanh, xs, {.rel = 4e-6});
+    check<float>("fast gelu_tanh", [](auto x) { return vf::gelu_tanh(x); }, ref_gelu_tanh, xs, {.rel = 9e-7});
 }
 
 TEST_CASE("vmath::fast: special values; double is the faithful function", "[vmath][fast_math]") {
@@ -439,8 +463,9 @@ TEST_CASE("vmath::fast: special values; double is the faithful function", "[vmat
         CHECK(std::isnan(f(nan)));
     // The fast variants are different functions (a test that cannot fail otherwise), and double
     // is unchanged, bit for bit.
-    CHECK(vf::gelu(0.7f) != vm::gelu(0.7f));
-    CHECK(vf::exp(0.3f) != vm::exp(0.3f));
+    CHECK(vf::gelu(-3.0f) != vm::gelu(-3.0f));
+    CHECK(vf::exp(-87.0f) != vm::exp(-87.0f));
+    CHECK(vf::log(lim<float>::denorm_min()) != vm::log(lim<float>::denorm_min()));
     std::mt19937_64 rng(17);
     std::uniform_real_distribution<double> uni(-20, 20);
     for (int i = 0; i < 10000; ++i) {
