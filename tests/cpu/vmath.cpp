@@ -397,7 +397,7 @@ constexpr ld exp_rel = 1.19e-7;                      // x in [-86.9, 88.7]
 constexpr ld log_rel = fused ? 8.36e-8 : 1.16e-7;    // x > 0
 constexpr ld erf_abs = fused ? 4.42e-7 : 4.68e-7;    // x in (0, 4.25]; also its relative error
 constexpr ld tanh_rel = 2.92e-7;                     // x in [-9.5, 9.5]
-constexpr ld logistic_abs = 1.74e-7;                 // x in [-80, 20]; relative 9.9e-4
+constexpr ld logistic_rel = 9.86e-4, logistic_abs = 1.74e-7;  // x in [-80, 20]
 constexpr ld gelu_abs = 1.48e-6;                     // x in [-10, 10]
 }  // namespace eigen_error
 
@@ -409,16 +409,17 @@ TEST_CASE("vmath::fast: float error bounds over the sweep, scalar == batch lane"
     // Without a fused multiply-add, log and erf measured 9.8e-8 and 4.1e-7 over every normal float.
     constexpr ld log_rel = fused ? 8.2e-8 : 1.0e-7, erf_err = fused ? 3.6e-7 : 4.2e-7;
     constexpr bounds exp_b{.rel = 1.0e-7}, log_b{.rel = log_rel}, erf_b{.rel = erf_err, .abs = erf_err},
-                     tanh_b{.rel = 2.0e-7, .abs = 1.0e-7}, sigmoid_b{.rel = 1.5e-7}, gelu_b{.abs = 1.25e-6};
+                     tanh_b{.rel = 2.0e-7, .abs = 1.0e-7}, sigmoid_b{.rel = 2.0e-7, .abs = 1.0e-7},
+                     gelu_b{.abs = 1.25e-6};
     static_assert(exp_b.rel <= eigen_error::exp_rel && log_b.rel <= eigen_error::log_rel);
     static_assert(erf_b.rel <= eigen_error::erf_abs && tanh_b.rel <= eigen_error::tanh_rel);
-    static_assert(sigmoid_b.rel <= eigen_error::logistic_abs && gelu_b.abs <= eigen_error::gelu_abs);
-    check<float>("fast exp", [](auto x) { return vf::exp(x); }, ref_exp,
-                 without(exp_inputs<float>(), [](float x) { return x > 88.72f && x < 88.75f; }), exp_b);
+    static_assert(sigmoid_b.rel <= eigen_error::logistic_rel && sigmoid_b.abs <= eigen_error::logistic_abs);
+    static_assert(gelu_b.abs <= eigen_error::gelu_abs);
+    // exp, log, tanh and the logistic family are the faithful functions (checked bit for bit below):
+    // these checks hold them to Eigen's error.
+    check<float>("fast exp", [](auto x) { return vf::exp(x); }, ref_exp, exp_inputs<float>(), exp_b);
     check<float>("fast log", [](auto x) { return vf::log(x); }, ref_log,
-                 without(inputs<float>(0.0f, 10.0f, {2.0f / 3, 4.0f / 3, 1.0f, 0.75f, 1.5f}, 12),
-                         [](float x) { return x != 0 && std::fabs(x) < lim<float>::min(); }),  // subnormals: -inf
-                 log_b);
+                 inputs<float>(0.0f, 10.0f, {2.0f / 3, 4.0f / 3, 1.0f, 0.75f, 1.5f}, 12), log_b);
     check<float>("fast erf", [](auto x) { return vf::erf(x); }, ref_erf,
                  inputs<float>(-7.0f, 7.0f, {0.875f, -0.875f, 3.6f, -3.6f}, 13), erf_b);
     check<float>("fast tanh", [](auto x) { return vf::tanh(x); }, ref_tanh,
@@ -434,45 +435,39 @@ TEST_CASE("vmath::fast: float error bounds over the sweep, scalar == batch lane"
     check<float>("fast gelu_tanh", [](auto x) { return vf::gelu_tanh(x); }, ref_gelu_tanh, xs, {.rel = 9e-7});
 }
 
-TEST_CASE("vmath::fast: special values; double is the faithful function", "[vmath][fast_math]") {
+TEST_CASE("vmath::fast: special values; the faithful functions where fast math has nothing faster",
+          "[vmath][fast_math]") {
     namespace vf = fusebox::vmath::fast;
     float const inf = lim<float>::infinity(), nan = lim<float>::quiet_NaN();
-    CHECK(vf::exp(inf) == inf);
-    CHECK(vf::exp(-inf) == 0);
-    CHECK(vf::exp(88.75f) == inf);
-    CHECK(vf::exp(-87.0f) == 0);  // flushed: exp(-87) = 1.6e-38
-    CHECK(vf::log(0.0f) == -inf);
-    CHECK(vf::log(lim<float>::denorm_min()) == -inf);
-    CHECK(vf::log(inf) == inf);
-    CHECK(std::isnan(vf::log(-1.0f)));
     CHECK(vf::erf(inf) == 1);
     CHECK(vf::erf(-inf) == -1);
-    CHECK(vf::tanh(-inf) == -1);
-    CHECK(vf::sigmoid(-inf) == 0);
-    CHECK(vf::sigmoid(inf) == 1);
-    for (auto f : {+[](float x) { return vf::silu(x); }, +[](float x) { return vf::gelu(x); },
-                   +[](float x) { return vf::gelu_tanh(x); }}) {
-        CHECK(f(inf) == inf);
-        CHECK(std::isnan(f(-inf)));  // documented: faithful gives -0
-        CHECK(f(-100.0f) == 0);
+    CHECK(vf::erf(4.0f) == 1);  // exactly, beyond the clamp
+    CHECK(vf::gelu(inf) == inf);
+    CHECK(std::isnan(vf::gelu(-inf)));  // documented: faithful gives -0
+    CHECK(vf::gelu(-100.0f) == 0);
+    CHECK(std::isnan(vf::erf(nan)));
+    CHECK(std::isnan(vf::gelu(nan)));
+    // erf and gelu are their own functions (a check that cannot fail otherwise); the rest are the
+    // faithful ones, lane and scalar, bit for bit; double is faithful throughout.
+    auto bits = [](float v) { return std::bit_cast<std::uint32_t>(v); };
+    auto same = [&](float a, float b) { return bits(a) == bits(b) || (std::isnan(a) && std::isnan(b)); };
+    std::vector<float> const xs = inputs<float>(-100.0f, 100.0f, {}, 18);
+    std::size_t erf_apart = 0, gelu_apart = 0, aliases_apart = 0;
+    for (float x : xs) {
+        erf_apart += !same(vf::erf(x), vm::erf(x));
+        gelu_apart += !same(vf::gelu(x), vm::gelu(x));
+        aliases_apart += !same(vf::exp(x), vm::exp(x)) + !same(vf::log(x), vm::log(x)) +
+                         !same(vf::tanh(x), vm::tanh(x)) + !same(vf::sigmoid(x), vm::sigmoid(x)) +
+                         !same(vf::silu(x), vm::silu(x)) + !same(vf::gelu_tanh(x), vm::gelu_tanh(x));
     }
-    for (auto f : {+[](float x) { return vf::exp(x); }, +[](float x) { return vf::log(x); },
-                   +[](float x) { return vf::erf(x); }, +[](float x) { return vf::tanh(x); },
-                   +[](float x) { return vf::sigmoid(x); }, +[](float x) { return vf::silu(x); },
-                   +[](float x) { return vf::gelu(x); }, +[](float x) { return vf::gelu_tanh(x); }})
-        CHECK(std::isnan(f(nan)));
-    // The fast variants are different functions (a test that cannot fail otherwise), and double
-    // is unchanged, bit for bit.
-    CHECK(vf::gelu(-3.0f) != vm::gelu(-3.0f));
-    CHECK(vf::exp(-87.0f) != vm::exp(-87.0f));
-    CHECK(vf::log(lim<float>::denorm_min()) != vm::log(lim<float>::denorm_min()));
+    CHECK(erf_apart > 0);
+    CHECK(gelu_apart > 0);
+    CHECK(aliases_apart == 0);
     std::mt19937_64 rng(17);
     std::uniform_real_distribution<double> uni(-20, 20);
     for (int i = 0; i < 10000; ++i) {
         double const x = uni(rng);
-        REQUIRE(vf::exp(x) == vm::exp(x));
+        REQUIRE(vf::erf(x) == vm::erf(x));
         REQUIRE(vf::gelu(x) == vm::gelu(x));
-        REQUIRE(vf::tanh(x) == vm::tanh(x));
-        REQUIRE(vf::sigmoid(x) == vm::sigmoid(x));
     }
 }

@@ -752,22 +752,18 @@ inline V gelu_tanh_impl(V const& x) noexcept {
 // ---- fast math (options::fast_math): float only -------------------------------------------------
 // The contract (issue 24): no fast function's error exceeds Eigen 3.4's for the same function
 // (Eigen's vectorised exp, log, erf, tanh, logistic; gelu as 0.5 x (1 + erf(x / sqrt2))), relative or
-// absolute, measured on the same inputs (bench/vmath.cpp; docs/benchmarks.md, run AU). Eigen's exp
-// and log are within 1.2e-7 and 8.2e-8 relative, which no polynomial shorter than the faithful ones
-// reaches, so fast exp and log keep the faithful coefficients and save only the faithful functions'
-// corner cases: no subnormal inputs or results (flushed, as NVRTC's --use_fast_math with -ftz), a
-// clamp and a select instead of a branch. erf is one rational function (fast_consts) where the
-// faithful erf has two polynomials, and gelu uses it in Eigen's form, without the erfc tail that
-// keeps the faithful gelu's relative accuracy for x << 0. tanh stays faithful: the same kind of
-// rational for tanh (degree 4 over 4 in x^2 on [0, 9]) measured 3.4e-7 over every normal float up
-// to 9.5, against Eigen's 2.9e-7. Double goes to the faithful functions, as NVRTC's
+// absolute, over the same inputs (docs/benchmarks.md, run AU). The faithful exp, log, tanh and
+// logistic family are already within it, and no shorter polynomial is: fast versions on the faithful
+// polynomials without the corner-case paths measured slower than the faithful functions with
+// AVX-512 (whose untaken branches cost less than always-evaluated selects) and at most 8% faster
+// with AVX2, so fast math keeps them. What it changes is erf, one rational function (fast_consts)
+// in place of the faithful erf's two polynomials, and gelu, Eigen's form on that erf, without the
+// erfc tail that keeps the faithful gelu's relative accuracy for x << 0. A rational tanh of the
+// same kind (degree 4 over 4 in x^2 on [0, 9]) measured 3.4e-7 over every normal float up to 9.5,
+// against Eigen's 2.9e-7, so tanh has none. Double goes to the faithful functions, as NVRTC's
 // --use_fast_math changes single precision only. The same helpers as above, so scalar == batch
 // lane holds here too.
 struct fast_consts {
-    // 2^(n - 1) is a normal number for n in [-125, 128]: x is clamped to [exp_lo, exp_hi], results
-    // below exp_lo (under 1.8e-38) flush to +0 and exp_hi gives +inf.
-    static constexpr float exp_lo = -86.9f;
-    static constexpr float exp_hi = 88.75f;
     // erf(x) ~= x P(x^2) / Q(x^2) on |x| <= 3.92 (beyond, erf rounds to +-1), P and Q of degree 5: one
     // division in place of the faithful erf's two polynomials of 6 and 15 terms. Fitted relative error
     // 5.2e-8 (linearised Lawson iterations in mpmath on s = x^2 in [0, 18]); in float, over every
@@ -794,63 +790,20 @@ inline V fast_max(V const& lo, V const& x) noexcept {  // x when x is NaN (maxps
 }
 
 template <class V>
-inline V fast_exp_impl(V const& x) noexcept {
-    using C = consts<float>;
-    using F = fast_consts;
-    // The clamp passes NaN (min and max return their second operand then), and a NaN x gives NaN.
-    V xc = detail::min(V(F::exp_hi), fast_max(V(F::exp_lo), x));
-    V t = detail::fma(xc, V(C::log2e), V(C::shifter));
-    V n = t - V(C::shifter);
-    V r = detail::fma(n, V(-C::ln2_hi), xc);
-    r = detail::fma(n, V(-C::ln2_lo), r);
-    V p = detail::fma(r * r, detail::horner(r, C::expm1_q), r);
-    V s = from_bits<V>((to_bits(t) << C::mant) + bits_t<V>(C::one_bits - (1u << C::mant)));  // 2^(n-1)
-    V y = detail::fma(s, p, s) * V(2);
-    return detail::select(x < V(F::exp_lo), V(0), y);
-}
-
-template <class V>
-inline V fast_log_impl(V const& x) noexcept {
-    using C = consts<float>;
-    using U = bits_t<V>;
-    U v = to_bits(x) + U(C::one_bits - C::log_off);
-    V k = from_bits<V>((v >> C::mant) | to_bits(V(C::two_mant))) - V(C::two_mant + C::bias);
-    V f = from_bits<V>((v & U(C::mant_mask)) + U(C::log_off)) - V(1);
-    V y = detail::fma(f * f, detail::horner(f, C::log1p_q), f);
-    y = detail::fma(k, V(C::ln2_lo), y);
-    y = detail::fma(k, V(C::ln2_hi), y);
-    V const inf(std::numeric_limits<float>::infinity());
-    y = detail::select(x < V(C::min_normal), -inf, y);  // 0 and subnormals (flushed), negatives below
-    y = detail::select(x == inf, inf, y);
-    return detail::select(x >= V(0), y, V(std::numeric_limits<float>::quiet_NaN()));  // x < 0 or NaN
-}
-
-template <class V>
 inline V fast_erf_impl(V const& x) noexcept {
     using C = consts<float>;
     using F = fast_consts;
-    V xc = detail::min(V(C::erf_one), fast_max(V(-C::erf_one), x));  // NaN passes (as in fast_exp_impl)
+    // The clamps pass NaN (min and max return their second operand then).
+    V xc = detail::min(V(C::erf_one), fast_max(V(-C::erf_one), x));
     V s = xc * xc;
     V y = xc * detail::div(detail::horner(s, F::erf_p), detail::horner(s, F::erf_q));
     return detail::min(V(1), fast_max(V(-1), y));
-}
-
-// n / (1 + exp(-w)): exp(-w) = +inf for w << 0 gives n / inf = +-0 (NaN when n is infinite too).
-template <class V>
-inline V fast_logistic_times(V const& n, V const& w) noexcept {
-    return detail::div(n, V(1) + fast_exp_impl(-w));
 }
 
 template <class V>
 inline V fast_gelu_impl(V const& x) noexcept {
     V h = V(0.5f) * x;
     return detail::fma(h, fast_erf_impl(x * V(consts<float>::rsqrt2)), h);
-}
-
-template <class V>
-inline V fast_gelu_tanh_impl(V const& x) noexcept {
-    using C = consts<float>;
-    return fast_logistic_times(x, x * detail::fma(V(C::gelu_tanh_b), x * x, V(C::gelu_tanh_a)));
 }
 
 }  // namespace detail
@@ -978,17 +931,11 @@ inline constexpr struct rsqrt_fn {
 } rsqrt{};
 
 // ---- fusebox::vmath::fast: what options::fast_math evaluates ------------------------------------
-// Float: the forms above, each within Eigen 3.4's error for the same function (see fast_consts);
-// double: the faithful functions. Errors measured by tests/cpu/vmath.cpp (float, against long
-// double; the test bounds are these plus a margin, and no bound exceeds Eigen's error measured by
-// bench/vmath.cpp). NaN in gives NaN out in every function. Infinities: exp(+-inf) = +inf, +0;
-// log(+inf) = +inf, log(0) = -inf, log(x < 0) = NaN; erf, tanh, sigmoid saturate to +-1 / 0 / 1;
-// silu(-inf), gelu(-inf) and gelu_tanh(-inf) are NaN (faithful: -0), +inf gives +inf.
-// Subnormals: exp results below 1.8e-38 are +0; log of a subnormal is -inf (flush to zero, as
-// --use_fast_math's -ftz). tanh, sqrt and rsqrt are the faithful ones: tanh is already within
-// Eigen's error with nothing to drop (one expm1 and one division), sqrt and rsqrt already the
-// hardware square root and one division (the 12/14-bit estimate instructions differ between chips,
-// which would break scalar == lane), and pow stays faithful.
+// Float erf and gelu: the forms above, within Eigen 3.4's error (see fast_consts); double, and every
+// other function: the faithful one (the same function, so the same results bit for bit). Errors
+// measured by tests/cpu/vmath.cpp (float, against long double; the test bounds are these plus a
+// margin, and no bound exceeds Eigen's error). NaN gives NaN; erf(+-inf) = +-1, gelu(+inf) = +inf,
+// gelu(-inf) = NaN (faithful: -0); gelu(x) is +0 below -5.55.
 namespace fast {
 
 #define FUSEBOX_VMATH_FAST(fn, faithful)                                                      \
@@ -1001,45 +948,21 @@ namespace fast {
         }                                                                                     \
     } fn{};
 
-// exp: the faithful polynomial, without the subnormal path: +0 below -86.9, +inf from 88.72
-// (within 3e-6 of overflow it may round up to +inf). Measured: relative 8.6e-8 (Eigen 1.2e-7).
-FUSEBOX_VMATH_FAST(exp, vmath::exp)
-// log: the faithful polynomial, without subnormal scaling. Measured: relative 7.9e-8 over the
-// normal floats of the sweep (Eigen 8.2e-8).
-FUSEBOX_VMATH_FAST(log, vmath::log)
 // erf: x P(x^2) / Q(x^2), clamped (fast_consts). Measured: absolute and relative 3.6e-7 for
 // every normal float (faithful 1.3e-7, 1.6e-7; Eigen 4.4e-7).
 FUSEBOX_VMATH_FAST(erf, vmath::erf)
 // gelu: 0.5 x (1 + fast::erf(x / sqrt2)), Eigen's form: no erfc tail, so no relative accuracy for
 // x << 0 (faithful: one exp, one division). Measured: absolute 9.6e-7 for |x| <= 16 (Eigen 1.5e-6
-// on [-10, 10]); gelu(x) is 0 below -5.55.
+// on [-10, 10]).
 FUSEBOX_VMATH_FAST(gelu, vmath::gelu)
-// gelu_tanh: x / (1 + fast::exp(-2u)). Measured: relative 7.9e-7 for x >= -3.
-FUSEBOX_VMATH_FAST(gelu_tanh, vmath::gelu_tanh)
 #undef FUSEBOX_VMATH_FAST
 
-// sigmoid: 1 / (1 + fast::exp(-x)). Measured: relative 1.5e-7 (Eigen: absolute 1.5e-7, relative
-// 8e-4).
-inline constexpr struct sigmoid_fn {
-    template <class V>
-    V operator()(V const& x) const noexcept {
-        FUSEBOX_VMATH_REQUIRE("fast::sigmoid", V);
-        if constexpr (detail::fast_enabled<V>::value) return detail::fast_logistic_times(V(1), x);
-        else return vmath::sigmoid(x);
-    }
-} sigmoid{};
-
-// silu: x / (1 + fast::exp(-x)). Measured: relative 3.3e-7.
-inline constexpr struct silu_fn {
-    template <class V>
-    V operator()(V const& x) const noexcept {
-        FUSEBOX_VMATH_REQUIRE("fast::silu", V);
-        if constexpr (detail::fast_enabled<V>::value) return detail::fast_logistic_times(x, x);
-        else return vmath::silu(x);
-    }
-} silu{};
-
+inline constexpr exp_fn exp{};
+inline constexpr log_fn log{};
 inline constexpr tanh_fn tanh{};
+inline constexpr sigmoid_fn sigmoid{};
+inline constexpr silu_fn silu{};
+inline constexpr gelu_tanh_fn gelu_tanh{};
 inline constexpr sqrt_fn sqrt{};
 inline constexpr rsqrt_fn rsqrt{};
 
