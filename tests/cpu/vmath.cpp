@@ -378,8 +378,9 @@ TEMPLATE_TEST_CASE("vmath::erf and vmath::tanh are exactly odd", "[vmath]", floa
 // documented to differ in kind are left out of the sweep and checked as special values below: -inf
 // for silu, gelu and gelu_tanh (NaN), and exp within 3e-6 of overflow (may round to +inf).
 // The contract (issue 24) is Eigen 3.4's error or better: Eigen's own errors over every normal float
-// of the ranges given (AVX2 build, against double; docs/benchmarks.md run AU, where fusebox's fast
-// functions over the same floats are within these bounds too) cap every bound below at compile time.
+// of the ranges given (bench/vmath_every_float.cpp, AVX2 build, against double; docs/benchmarks.md
+// run AU, where fusebox's fast functions over the same floats are within these bounds too) cap
+// every bound below at compile time.
 namespace {
 
 std::vector<float> without(std::vector<float> xs, auto drop) {

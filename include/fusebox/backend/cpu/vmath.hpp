@@ -768,7 +768,7 @@ struct fast_consts {
     // division in place of the faithful erf's two polynomials of 6 and 15 terms. Fitted relative error
     // 5.2e-8 (linearised Lawson iterations in mpmath on s = x^2 in [0, 18]); in float, over every
     // float in (0, 4.25], 3.58e-7 absolute and relative for normal x, against Eigen 3.4's erf's
-    // 4.42e-7 over the same floats (docs/benchmarks.md, run AU). 3.92 P(3.92^2) / Q(3.92^2) rounds to
+    // 4.42e-7 over the same floats (bench/vmath_every_float.cpp; docs/benchmarks.md, run AU). 3.92 P(3.92^2) / Q(3.92^2) rounds to
     // 1, so the clamp gives exactly +-1 beyond, and the final clamp removes the fit's overshoot above 1
     // between 3.62 and 3.92.
     static constexpr std::array<float, 6> erf_p = {0x1.20dd74p+0f, 0x1.a34c18p-3f,  0x1.be3348p-5f,

@@ -1,0 +1,112 @@
+// fast_math's contract, checked on every float: for each function, vmath::fast and Eigen 3.4's
+// vectorised counterpart evaluated on every normal float of a range (both signs), each against
+// double's <cmath> function; prints the largest relative and absolute error of each. These are the
+// figures tests/cpu/vmath.cpp quotes as Eigen's errors (docs/benchmarks.md, run AU); the test's
+// own sweep covers fusebox's side on every build.
+//
+// Build: g++ -std=c++20 -O2 -march=native -DNDEBUG -Iinclude -I/usr/include/eigen3
+//        bench/vmath_every_float.cpp   (CMake: bench_vmath_every_float, when Eigen is found)
+// Usage: bench_vmath_every_float [exp|log|erf|tanh|sigmoid|gelu ...]   (default: all; a few
+// minutes of one core, about 4e9 evaluations of each side)
+#include <fusebox/backend/cpu/vmath.hpp>
+
+#include <xsimd/xsimd.hpp>
+
+#include <Eigen/Core>
+#include <unsupported/Eigen/SpecialFunctions>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace vm = fusebox::vmath;
+using batch = xsimd::batch<float>;
+
+struct worst {
+    double rel = 0, abs = 0, rel_x = 0;
+    void add(float x, float y, double ref) {
+        if (std::isinf(ref)) return;
+        double const d = std::fabs(double(y) - ref);
+        abs = std::max(abs, d);
+        // Results under 1e-30 count by their absolute error, as in tests/cpu/vmath.cpp.
+        double const r = d / std::max(std::fabs(ref), 1e-30);
+        if (r > rel) rel = r, rel_x = x;
+    }
+};
+
+// Every normal float x with lo <= x <= hi, in blocks: fusebox's batches (a whole number of them per
+// block) and Eigen's array expression on the same block.
+template <class Fast, class Eigen_fn, class Ref>
+void every_float(char const* name, float lo, float hi, Fast fast, Eigen_fn eigen, Ref ref) {
+    constexpr std::size_t block = std::size_t(1) << 20;
+    Eigen::Index const m = Eigen::Index(block);
+    Eigen::ArrayXf xs(m), ye(m), yf(m);
+    float* const px = xs.data();
+    float* const pf = yf.data();
+    float const* const pe = ye.data();
+    worst f, e;
+    for (std::uint32_t sign : {0u, 0x80000000u}) {
+        std::uint64_t const first = 0x00800000u, last = 0x7f7fffffu;  // the positive normal floats
+        for (std::uint64_t u0 = first; u0 <= last; u0 += block) {
+            std::size_t n = 0;
+            for (std::uint64_t u = u0; u < u0 + block && u <= last; ++u) {
+                float x;
+                std::uint32_t const bits = std::uint32_t(u) | sign;
+                std::memcpy(&x, &bits, sizeof x);
+                if (x >= lo && x <= hi) px[n++] = x;
+            }
+            n -= n % batch::size;
+            if (n == 0) continue;
+            for (std::size_t i = 0; i < n; i += batch::size)
+                fast(batch::load_unaligned(px + i)).store_unaligned(pf + i);
+            ye.head(Eigen::Index(n)) = eigen(xs.head(Eigen::Index(n)));
+            for (std::size_t i = 0; i < n; ++i) {
+                double const r = ref(double(px[i]));
+                f.add(px[i], pf[i], r);
+                e.add(px[i], pe[i], r);
+            }
+        }
+    }
+    std::printf("{\"workload\":\"vmath_every_float_%s\",\"lo\":%g,\"hi\":%g,\"fast_max_rel\":%.3g,"
+                "\"fast_max_abs\":%.3g,\"fast_worst_x\":%.9g,\"eigen_max_rel\":%.3g,\"eigen_max_abs\":%.3g,"
+                "\"eigen_worst_x\":%.9g}\n",
+                name, double(lo), double(hi), f.rel, f.abs, f.rel_x, e.rel, e.abs, e.rel_x);
+    std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<std::string> want(argv + 1, argv + argc);
+    auto wanted = [&](char const* fn) {
+        return want.empty() || std::find(want.begin(), want.end(), fn) != want.end();
+    };
+    static constexpr float rsqrt2 = 0.70710678118654752f;
+    if (wanted("exp"))
+        every_float("exp", -86.9f, 88.7f, [](batch v) { return vm::fast::exp(v); },
+                    [](auto const& a) { return a.exp().eval(); }, [](double x) { return std::exp(x); });
+    if (wanted("log"))
+        every_float("log", 0.0f, 3.4e38f, [](batch v) { return vm::fast::log(v); },
+                    [](auto const& a) { return a.log().eval(); }, [](double x) { return std::log(x); });
+    if (wanted("erf"))
+        every_float("erf", 0.0f, 4.25f, [](batch v) { return vm::fast::erf(v); },
+                    [](auto const& a) { return a.erf().eval(); }, [](double x) { return std::erf(x); });
+    if (wanted("tanh"))
+        every_float("tanh", -9.5f, 9.5f, [](batch v) { return vm::fast::tanh(v); },
+                    [](auto const& a) { return a.tanh().eval(); }, [](double x) { return std::tanh(x); });
+    if (wanted("sigmoid"))
+        every_float("sigmoid", -80.0f, 20.0f, [](batch v) { return vm::fast::sigmoid(v); },
+                    [](auto const& a) { return a.logistic().eval(); },
+                    [](double x) { return 1 / (1 + std::exp(-x)); });
+    if (wanted("gelu"))
+        every_float("gelu", -10.0f, 10.0f, [](batch v) { return vm::fast::gelu(v); },
+                    [](auto const& a) { return (0.5f * a * (1.0f + (a * rsqrt2).erf())).eval(); },
+                    [](double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); });
+    return 0;
+}
