@@ -306,64 +306,61 @@ int main() {
                       }}},
             px, py, nullptr);
 
+    // fusebox's faithful and fast functions and xsimd's, each in the same loop over the input.
+    auto loops = [&](auto faithful, auto fast, char const* xsimd_config, auto xsimd_fn) {
+        auto run = [&](auto f) { return [&px, &py, f] { elementwise(px, py, len, f); }; };
+        return std::vector<system_run>{
+            {"fusebox", fb, run(faithful)}, {"fast", ff, run(fast)}, {"xsimd", xsimd_config, run(xsimd_fn)}};
+    };
+
     fill(-80, 80);
     compare("exp",
-            with({{"fusebox", fb, [&] { elementwise(px, py, len, [](auto v) { return vm::exp(v); }); }},
-                  {"fast", ff, [&] { elementwise(px, py, len, [](auto v) { return vm::fast::exp(v); }); }},
-                  {"xsimd", xs, [&] { elementwise(px, py, len, [](auto v) { return xsimd::exp(v); }); }}},
+            with(loops([](auto v) { return vm::exp(v); }, [](auto v) { return vm::fast::exp(v); }, xs,
+                       [](auto v) { return xsimd::exp(v); }),
                  eigen(eg, [](auto const& a) { return a.exp(); })),
             px, py, ref_exp);
 
     fill(1e-3f, 1e3f);
     compare("log",
-            with({{"fusebox", fb, [&] { elementwise(px, py, len, [](auto v) { return vm::log(v); }); }},
-                  {"fast", ff, [&] { elementwise(px, py, len, [](auto v) { return vm::fast::log(v); }); }},
-                  {"xsimd", xs, [&] { elementwise(px, py, len, [](auto v) { return xsimd::log(v); }); }}},
+            with(loops([](auto v) { return vm::log(v); }, [](auto v) { return vm::fast::log(v); }, xs,
+                       [](auto v) { return xsimd::log(v); }),
                  eigen(eg, [](auto const& a) { return a.log(); })),
             px, py, ref_log);
 
     fill(-4, 4);
     compare("erf",
-            with({{"fusebox", fb, [&] { elementwise(px, py, len, [](auto v) { return vm::erf(v); }); }},
-                  {"fast", ff, [&] { elementwise(px, py, len, [](auto v) { return vm::fast::erf(v); }); }},
-                  {"xsimd", xs, [&] { elementwise(px, py, len, [](auto v) { return xsimd::erf(v); }); }}},
+            with(loops([](auto v) { return vm::erf(v); }, [](auto v) { return vm::fast::erf(v); }, xs,
+                       [](auto v) { return xsimd::erf(v); }),
                  eigen(eg, [](auto const& a) { return a.erf(); })),
             px, py, ref_erf);
 
     fill(-9, 9);
     compare("tanh",
-            with({{"fusebox", fb, [&] { elementwise(px, py, len, [](auto v) { return vm::tanh(v); }); }},
-                  {"fast", ff, [&] { elementwise(px, py, len, [](auto v) { return vm::fast::tanh(v); }); }},
-                  {"xsimd", xs, [&] { elementwise(px, py, len, [](auto v) { return xsimd::tanh(v); }); }}},
+            with(loops([](auto v) { return vm::tanh(v); }, [](auto v) { return vm::fast::tanh(v); }, xs,
+                       [](auto v) { return xsimd::tanh(v); }),
                  eigen(eg, [](auto const& a) { return a.tanh(); })),
             px, py, ref_tanh);
 
     fill(-80, 20);
     compare("sigmoid",
-            with({{"fusebox", fb, [&] { elementwise(px, py, len, [](auto v) { return vm::sigmoid(v); }); }},
-                  {"fast", ff, [&] { elementwise(px, py, len, [](auto v) { return vm::fast::sigmoid(v); }); }},
-                  {"xsimd", "same loop, 1 / (1 + xsimd::exp(-x))",
-                   [&] {
-                       elementwise(px, py, len, [](auto v) {
+            with(loops([](auto v) { return vm::sigmoid(v); }, [](auto v) { return vm::fast::sigmoid(v); },
+                       "same loop, 1 / (1 + xsimd::exp(-x))",
+                       [](auto v) {
                            using V = decltype(v);
                            return V(1.f) / (V(1.f) + xsimd_or_std::exp(-v));
-                       });
-                   }}},
+                       }),
                  eigen(eg, [](auto const& a) { return a.logistic(); })),
             px, py, ref_sigmoid);
 
     fill(-10, 10);
     // gelu: the peers use the textbook 0.5 x (1 + erf(x / sqrt2)) with their own erf.
     compare("gelu",
-            with({{"fusebox", fb, [&] { elementwise(px, py, len, [](auto v) { return vm::gelu(v); }); }},
-                  {"fast", ff, [&] { elementwise(px, py, len, [](auto v) { return vm::fast::gelu(v); }); }},
-                  {"xsimd", "same loop, 0.5 x (1 + xsimd::erf(x / sqrt2))",
-                   [&] {
-                       elementwise(px, py, len, [](auto v) {
+            with(loops([](auto v) { return vm::gelu(v); }, [](auto v) { return vm::fast::gelu(v); },
+                       "same loop, 0.5 x (1 + xsimd::erf(x / sqrt2))",
+                       [](auto v) {
                            using V = decltype(v);
                            return V(0.5f) * v * (V(1.f) + xsimd_or_std::erf(v * V(rsqrt2)));
-                       });
-                   }}},
+                       }),
                  eigen("0.5 x (1 + (x / sqrt2).erf()) as one Eigen expression",
                        [](auto const& a) { return 0.5f * a * (1.f + (a * rsqrt2).erf()); })),
             px, py, ref_gelu);
