@@ -8,6 +8,17 @@
 # after the JIT's own -march=native). A variable the caller set is kept.
 isa_arch="${isa_arch:-native}"
 case "$isa_arch" in
+  native)
+    # OpenBLAS 0.3.21 (Debian 12) detects its kernels by CPU model, and on a model it does not know
+    # falls back to Prescott's SSE3 kernels: on the GPU host's Xeon that was 28 GFLOP/s against 167
+    # with SkylakeX's (docs/benchmarks.md, run AV), which would make the OpenBLAS and libtorch peers
+    # look 3-6x slower than they are. So the core follows the CPU's flags, as fusebox's -march does.
+    if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ -r /proc/cpuinfo ]; then
+      isa_flags=" $(grep -m1 '^flags' /proc/cpuinfo | sed 's/^[^:]*://') "
+      isa_has() { for f in "$@"; do case "$isa_flags" in *" $f "*) ;; *) return 1 ;; esac; done; }
+      if isa_has avx512f avx512dq avx512bw avx512vl; then export OPENBLAS_CORETYPE=SkylakeX
+      elif isa_has avx2 fma; then export OPENBLAS_CORETYPE=Haswell; fi
+    fi ;;
   x86-64-v3 | haswell)
     export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-Haswell}" ATEN_CPU_CAPABILITY="${ATEN_CPU_CAPABILITY:-avx2}"
     export ONEDNN_MAX_CPU_ISA="${ONEDNN_MAX_CPU_ISA:-AVX2}" DNNL_MAX_CPU_ISA="${DNNL_MAX_CPU_ISA:-AVX2}" ;;

@@ -259,6 +259,57 @@ TEMPLATE_TEST_CASE("gemm results are bitwise identical for 1, 2 and 4 threads", 
     }
 }
 
+TEMPLATE_TEST_CASE("the stream B^T path gives the same bits in both loop orders", "[cpu][gemm]", float, double) {
+  namespace fd = fusebox::cpu::detail;
+  using T = TestType;
+  thread_pool p1(1), p2(2);
+  std::uint64_t seed = 1300;
+  // More than one K block (kc_stream = 1024), B stored [N, K]; M past the gemv paths, tails of MR
+  // and NR, several slivers a task.
+  const std::size_t shapes[][3] = {{40, 50, 2500}, {64, 17, 3000}, {256, 40, 2100}, {9, 200, 1030}};
+  for (auto& s : shapes)
+    for (int a_t = 0; a_t < 2; ++a_t) {
+      case_desc d;
+      d.M = s[0], d.N = s[1], d.K = s[2];
+      d.a_t = a_t, d.b_t = true;
+      const auto A = make_operand<T>(1, d.M, d.K, d.a_t, 0, false, seed);
+      const auto B = make_operand<T>(1, d.K, d.N, d.b_t, 0, false, seed + 1);
+      seed += 2;
+      REQUIRE(fd::choose_path<T>(d.M, d.K, B.view.row_stride, B.view.col_stride) == fd::gemm_path::stream_bt);
+      std::vector<std::vector<T>> results;
+      for (thread_pool* pool : {&p1, &p2})
+        for (auto order : {fd::stream_order::sliver_first, fd::stream_order::k_block_first}) {
+          run_result<T> r;
+          r.ldc = d.N, r.c_batch_stride = d.M * d.N;
+          r.C.assign(d.M * d.N, std::numeric_limits<T>::quiet_NaN());
+          std::vector<std::byte> ws(gemm_workspace_bytes<T>(1, d.M, d.N, d.K, pool->size()));
+          no_epilogue none;
+          fd::gemm_with<T>(fd::gemm_choice{fd::gemm_path::stream_bt, false, 4, order}, 1, d.M, d.N, d.K, A.view, 0,
+                           B.view, 0, r.C.data(), std::ptrdiff_t(d.N), 0, none, *pool, ws);
+          if (results.empty()) check_against_reference(d, A, B, r);
+          results.push_back(std::move(r.C));
+        }
+      INFO("M " << d.M << " N " << d.N << " K " << d.K << " A" << (d.a_t ? "^T" : ""));
+      for (std::size_t i = 1; i < results.size(); ++i)
+        CHECK(std::memcmp(results[0].data(), results[i].data(), results[0].size() * sizeof(T)) == 0);
+    }
+}
+
+TEST_CASE("the stream B^T path takes K block first only where it was measured to pay", "[cpu][gemm]") {
+  namespace fd = fusebox::cpu::detail;
+  constexpr std::size_t KiB = 1024, MiB = 1024 * KiB;
+  // W3c's widest layer at batch 256: A^T is 4 MiB, a K block 1 MiB (float).
+  STATIC_REQUIRE(fd::stream_k_block_first<float>(256, 4096, 2 * MiB));    // the Xeon of run AV
+  STATIC_REQUIRE(!fd::stream_k_block_first<float>(256, 4096, 1 * MiB));   // Zen 4
+  STATIC_REQUIRE(!fd::stream_k_block_first<float>(256, 4096, 512 * KiB)); // Zen 3
+  STATIC_REQUIRE(!fd::stream_k_block_first<float>(64, 4096, 512 * KiB));  // Zen 3, 0-6% slower
+  STATIC_REQUIRE(!fd::stream_k_block_first<float>(128, 4096, 1 * MiB));   // Zen 4, not measured
+  STATIC_REQUIRE(!fd::stream_k_block_first<float>(256, 4096, 0));         // L2 not known
+  STATIC_REQUIRE(!fd::stream_k_block_first<float>(256, 1024, 2 * MiB));   // one K block
+  STATIC_REQUIRE(!fd::stream_k_block_first<float>(32, 4096, 2 * MiB));    // A^T (512 KiB) in L2
+  STATIC_REQUIRE(!fd::stream_k_block_first<double>(256, 4096, 2 * MiB));  // its K block is 2 MiB
+}
+
 TEMPLATE_TEST_CASE("gemm calls the epilogue exactly once per element, with final values", "[cpu][gemm]", float,
                    double) {
   thread_pool pool(2);

@@ -89,6 +89,7 @@
 #pragma once
 
 #include <fusebox/backend/cpu/autotune.hpp>
+#include <fusebox/backend/cpu/cache_sizes.hpp>
 #include <fusebox/backend/cpu/thread_pool.hpp>
 #include <fusebox/backend/cpu/vmath.hpp>  // detail::fma: fused at every -O level (xsimd 8.1 has no AVX-512 fma)
 #include <fusebox/core/errors.hpp>
@@ -266,6 +267,27 @@ constexpr std::size_t stream_slivers_per_task(std::size_t M) noexcept {
   using cfg = gemm_config<T>;
   const std::size_t tile_bytes = cfg::mr * round_up(M, cfg::nr) * sizeof(T);
   return std::clamp<std::size_t>((std::size_t(256) << 10) / tile_bytes, 1, 32);
+}
+
+// Case 4's loop order within a task. Sliver first (each MR rows of B^T over all of K, then the
+// next) reads B^T's rows as long sequential streams, but all of the packed A^T once per sliver,
+// from L3 where it exceeds L2, at the kernel's 4 flops a byte. K block first (every sliver of the
+// task over one K block, then the next) reads A^T's K block from L2 for all of them and B^T in
+// KC-long pieces. Measured (docs/benchmarks.md, run AV): on the Xeon there (2 MiB of L2 a core),
+// sliver first took 1.15-1.83x OpenBLAS's time at M = 256, K = 4096 and K block first 0.99-1.45x
+// (alternated; up to 1.6x less time); on the Zen 3 (512 KiB) K block first was 5-22% slower at
+// M = 256 and 0-6% at M = 48-64, and on a Zen 4 (1 MiB) no faster at M = 256 (run AQ): their L3
+// feeds a core fast enough. So K block first only where that was measured to pay: A^T beyond L2,
+// its K block within half of an L2 of at least 2 MiB (the rest for the C^T tiles and B^T's
+// pieces). max_autotune times both (tuned_choice).
+enum class stream_order { automatic, sliver_first, k_block_first };
+
+template <class T>
+constexpr bool stream_k_block_first(std::size_t M, std::size_t K, std::size_t l2_bytes) noexcept {
+  using cfg = gemm_config<T>;
+  const std::size_t row = round_up(M, cfg::nr) * sizeof(T);  // one k of the packed A^T
+  return K > cfg::kc_stream && l2_bytes >= (std::size_t(2) << 20) && row * K > l2_bytes &&
+         row * cfg::kc_stream <= l2_bytes / 2;
 }
 
 // Workspace layout per path; every region is rounded to 64 bytes.
@@ -812,7 +834,7 @@ void run_dots(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue, th
 // Case 4: C^T = B^T A^T. A^T packed once (whole K) into NR-wide panels; B^T rows read in place.
 template <class T, class Epilogue>
 void run_stream_bt(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue, thread_pool& pool, T* ap,
-                   T* scratch, std::size_t scratch_stride, bool pack_a) {
+                   T* scratch, std::size_t scratch_stride, bool pack_a, stream_order order) {
   using cfg = gemm_config<T>;
   constexpr std::size_t MR = cfg::mr, NR = cfg::nr, KC = cfg::kc_stream;
   const std::size_t panels = ceil_div(p.M, NR);
@@ -831,20 +853,28 @@ void run_stream_bt(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogu
       std::clamp<std::size_t>(slivers / (4 * pool.size()), 1, stream_slivers_per_task<T>(p.M));
   const std::size_t tasks = ceil_div(slivers, per_task);
   const std::ptrdiff_t bt_rs = p.B.col_stride, bt_cs = p.B.row_stride;  // B^T(j, k)
+  const bool k_block_first = order == stream_order::automatic
+                                 ? stream_k_block_first<T>(p.M, p.K, l2_cache_bytes())
+                                 : order == stream_order::k_block_first;
   pool.parallel_for(tasks, [&](std::size_t t, unsigned worker) {
     const std::size_t jb = t * per_task * MR, je = std::min(p.N, jb + per_task * MR);
     T* ct = scratch + worker * scratch_stride;  // C^T of columns jb..je: ct[(j - jb) * ldt + i]
-    for (std::size_t j = jb; j < je; j += MR) {
-      const std::size_t m = std::min(MR, je - j);
-      const T* bt = p.B.data + std::ptrdiff_t(j) * bt_rs;
+    // One sliver's tiles over one K block (the same fma chain per element in either order).
+    auto block = [&](std::size_t j, std::size_t pc) {
+      const std::size_t m = std::min(MR, je - j), kc = std::min(KC, p.K - pc);
+      const T* bt = p.B.data + std::ptrdiff_t(j) * bt_rs + std::ptrdiff_t(pc) * bt_cs;
       T* tile_c = ct + (j - jb) * ldt;
-      for (std::size_t pc = 0; pc < p.K; pc += KC) {
-        const std::size_t kc = std::min(KC, p.K - pc);
-        for (std::size_t s = 0; s < panels; ++s)
-          tile<T, 0>(m, NR,
-                     kernel_args<T>{kc, bt + std::ptrdiff_t(pc) * bt_cs, bt_rs, bt_cs, ap + s * NR * p.K + pc * NR,
-                                    std::ptrdiff_t(NR), tile_c + s * NR, std::ptrdiff_t(ldt), pc > 0});
-      }
+      for (std::size_t s = 0; s < panels; ++s)
+        tile<T, 0>(m, NR,
+                   kernel_args<T>{kc, bt, bt_rs, bt_cs, ap + s * NR * p.K + pc * NR, std::ptrdiff_t(NR),
+                                  tile_c + s * NR, std::ptrdiff_t(ldt), pc > 0});
+    };
+    if (k_block_first) {
+      for (std::size_t pc = 0; pc < p.K; pc += KC)
+        for (std::size_t j = jb; j < je; j += MR) block(j, pc);
+    } else {
+      for (std::size_t j = jb; j < je; j += MR)
+        for (std::size_t pc = 0; pc < p.K; pc += KC) block(j, pc);
     }
     transpose_into(p.M, je - jb, ct, ldt, p.C + std::ptrdiff_t(jb), p.ldc);
     for (std::size_t i = 0; i < p.M; ++i) epilogue(item, i, jb, je - jb, p.C + std::ptrdiff_t(i) * p.ldc + std::ptrdiff_t(jb));
@@ -1019,6 +1049,7 @@ struct gemm_choice {
   gemm_path path;
   bool serial = false;                 // on one thread (the caller's)
   std::size_t tasks_per_thread = 4;    // blocked path's grid
+  stream_order order = stream_order::automatic;  // stream B^T path's loop order
 };
 
 inline const char* path_name(gemm_path p) noexcept {
@@ -1063,7 +1094,8 @@ void gemm_with(const gemm_choice& choice, std::size_t batch, std::size_t M, std:
         run_dots(b, p, epilogue, pool, shared, std::make_index_sequence<gemm_config<T>::dots_max_m>{});
         break;
       case gemm_path::stream_bt:  // A shared across the batch: packed once
-        run_stream_bt(b, p, epilogue, pool, shared, per_thread, per_thread_elems, b == 0 || a_batch_stride != 0);
+        run_stream_bt(b, p, epilogue, pool, shared, per_thread, per_thread_elems, b == 0 || a_batch_stride != 0,
+                      choice.order);
         break;
       case gemm_path::blocked: {
         const std::size_t b_bytes = blocked_b_bytes<T>(N, K), a_bytes = blocked_a_bytes<T>(M, K);
@@ -1080,23 +1112,32 @@ void gemm_with(const gemm_choice& choice, std::size_t batch, std::size_t M, std:
   }
 }
 
-// max_autotune's choice for this problem (backend/cpu/autotune.hpp). Candidate 0 is the default; then
-// the blocked path where the default is another (valid for any layout; the same fma chain per
-// element, so bitwise equal except against gemv dots), its 1-task-a-thread grid, and each of
-// those on one thread. Candidates whose workspace exceeds the caller's are left out. Timed into
-// a private C without the epilogue.
+// max_autotune's choice for this problem (backend/cpu/autotune.hpp). Candidate 0 is the default;
+// then the stream B^T path's other loop order where K has more than one block, the blocked path
+// where the default is another (valid for any layout; the same fma chain per element, so bitwise
+// equal except against gemv dots), its 1-task-a-thread grid, and each of those on one thread.
+// Candidates whose workspace exceeds the caller's are left out. Timed into a private C without
+// the epilogue.
 template <class T>
 gemm_choice tuned_choice(std::size_t batch, std::size_t M, std::size_t N, std::size_t K, matrix_view<T> A,
                          std::ptrdiff_t a_batch_stride, matrix_view<T> B, std::ptrdiff_t b_batch_stride,
                          thread_pool& pool, std::span<std::byte> workspace) {
   const gemm_path first = choose_path<T>(M, K, B.row_stride, B.col_stride);
   std::vector<gemm_choice> cands{gemm_choice{first}};
+  if (first == gemm_path::stream_bt && K > gemm_config<T>::kc_stream)  // the loop order the default does not take
+    cands.push_back(gemm_choice{first, false, 4,
+                                stream_k_block_first<T>(M, K, l2_cache_bytes()) ? stream_order::sliver_first
+                                                                                 : stream_order::k_block_first});
   if (first != gemm_path::blocked) cands.push_back(gemm_choice{gemm_path::blocked});
   if (pool.size() > 1) cands.push_back(gemm_choice{gemm_path::blocked, false, 1});
   if (pool.size() > 1) {
     const std::size_t parallel = cands.size();
     for (std::size_t i = 0; i < parallel; ++i)
-      if (cands[i].tasks_per_thread == 4) cands.push_back(gemm_choice{cands[i].path, true});
+      if (cands[i].tasks_per_thread == 4) {
+        gemm_choice one = cands[i];
+        one.serial = true;
+        cands.push_back(one);
+      }
   }
   std::erase_if(cands, [&](const gemm_choice& c) {
     return layout_for<T>(c.path, M, N, K).total(c.serial ? 1u : pool.size()) > workspace.size();
@@ -1104,6 +1145,9 @@ gemm_choice tuned_choice(std::size_t batch, std::size_t M, std::size_t N, std::s
   if (cands.empty()) return gemm_choice{first};
   auto name = [&](const gemm_choice& c) {
     return std::string(path_name(c.path)) + (c.path == gemm_path::blocked ? ", " + std::to_string(c.tasks_per_thread) + " tasks/thread" : "") +
+           (c.order == stream_order::sliver_first    ? ", sliver first"
+            : c.order == stream_order::k_block_first ? ", K block first"
+                                                      : "") +
            (c.serial ? ", 1 thread" : ", " + std::to_string(pool.size()) + " threads");
   };
   auto layout = [](matrix_view<T> v) { return v.col_stride == 1 ? 0u : v.row_stride == 1 ? 1u : 2u; };
