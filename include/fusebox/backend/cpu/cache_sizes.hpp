@@ -11,8 +11,8 @@
 
 namespace fusebox::cpu {
 
-// Bytes of one core's L2 (glibc reads them from CPUID: 512 KiB on a Zen 3, 1 MiB on a Zen 4, 2 MiB on
-// the Xeon of docs/benchmarks.md's run AV), or 0.
+// Bytes of one core's L2 (glibc reads them from CPUID: 512 KiB on the Zen 3 of docs/benchmarks.md's
+// runs AR-AV; lscpu showed 1 MiB on the Zen 4 and 2 MiB on the Xeon of run AV), or 0.
 inline std::size_t l2_cache_bytes() noexcept {
   static const std::size_t bytes = []() -> std::size_t {
 #if defined(__linux__) && defined(_SC_LEVEL2_CACHE_SIZE)
