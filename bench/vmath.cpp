@@ -39,6 +39,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -168,36 +169,24 @@ ld ref_tanh(ld v) { return std::tanh(v); }
 ld ref_gelu(ld v) { return ld(0.5) * v * std::erfc(-v / std::sqrt(ld(2))); }
 ld ref_sigmoid(ld v) { return 1 / (1 + std::exp(-v)); }
 
-// W1c's body (BENCHMARKS.md: y = gelu(x w + b) sigmoid(x)) over `count` floats; t = x w + b is kept
+// W1c's body (BENCHMARKS.md: y = gelu(x w + b) sigmoid(x)) over `count` floats, with the vmath
+// functions Gelu and Sigmoid (faithful, or options::fast_math's vmath::fast); t = x w + b is kept
 // in `t` so that the accuracy check can start from the same rounded t the system used.
+template <class Gelu, class Sigmoid>
 FUSEBOX_BENCH_OPAQUE void w1c_fusebox(float const* x, float const* w, float const* b, float* t, float* y,
                                       std::size_t count) {
+    constexpr Gelu gelu{};
+    constexpr Sigmoid sigmoid{};
     std::size_t i = 0;
     for (; i + batch::size <= count; i += batch::size) {
         batch const xv = batch::load_unaligned(x + i);
         batch const tv = xsimd::fma(xv, batch::load_unaligned(w + i), batch::load_unaligned(b + i));
         tv.store_unaligned(t + i);
-        (vm::gelu(tv) * vm::sigmoid(xv)).store_unaligned(y + i);
+        (gelu(tv) * sigmoid(xv)).store_unaligned(y + i);
     }
     for (; i < count; ++i) {
         t[i] = std::fma(x[i], w[i], b[i]);
-        y[i] = vm::gelu(t[i]) * vm::sigmoid(x[i]);
-    }
-}
-
-// The same body in options::fast_math's functions (vmath::fast).
-FUSEBOX_BENCH_OPAQUE void w1c_fusebox_fast(float const* x, float const* w, float const* b, float* t, float* y,
-                                           std::size_t count) {
-    std::size_t i = 0;
-    for (; i + batch::size <= count; i += batch::size) {
-        batch const xv = batch::load_unaligned(x + i);
-        batch const tv = xsimd::fma(xv, batch::load_unaligned(w + i), batch::load_unaligned(b + i));
-        tv.store_unaligned(t + i);
-        (vm::fast::gelu(tv) * vm::fast::sigmoid(xv)).store_unaligned(y + i);
-    }
-    for (; i < count; ++i) {
-        t[i] = std::fma(x[i], w[i], b[i]);
-        y[i] = vm::fast::gelu(t[i]) * vm::fast::sigmoid(x[i]);
+        y[i] = gelu(t[i]) * sigmoid(x[i]);
     }
 }
 
@@ -235,7 +224,10 @@ void w1c_in_cache() {
     std::vector<float> x(checked), w(checked), b(checked), t(checked), y(checked);
     for (std::size_t i = 0; i < checked; ++i) x[i] = u3(rng), w[i] = u1(rng), b[i] = u1(rng);
     using body = void (*)(float const*, float const*, float const*, float*, float*, std::size_t);
-    std::vector<std::pair<char const*, body>> systems{{"fusebox", w1c_fusebox}, {"fast", w1c_fusebox_fast}};
+    std::vector<std::pair<char const*, body>> systems{
+        {"fusebox", w1c_fusebox<std::remove_cvref_t<decltype(vm::gelu)>, std::remove_cvref_t<decltype(vm::sigmoid)>>},
+        {"fast", w1c_fusebox<std::remove_cvref_t<decltype(vm::fast::gelu)>,
+                             std::remove_cvref_t<decltype(vm::fast::sigmoid)>>}};
 #if FUSEBOX_BENCH_VMATH_EIGEN
     systems.push_back({"eigen", w1c_eigen});
 #endif
