@@ -12,7 +12,7 @@
 namespace fusebox::cpu {
 
 // Bytes of one core's L2 (glibc reads them from CPUID: 512 KiB on the Zen 3 of docs/benchmarks.md's
-// runs AR-AV; lscpu showed 1 MiB on the Zen 4 and 2 MiB on the Xeon of run AV), or 0.
+// runs AR-AW, 2 MiB inside the Xeon VM of runs AV-AW; lscpu showed 1 MiB on the Zen 4), or 0.
 inline std::size_t l2_cache_bytes() noexcept {
   static const std::size_t bytes = []() -> std::size_t {
 #if defined(__linux__) && defined(_SC_LEVEL2_CACHE_SIZE)
