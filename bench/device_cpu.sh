@@ -2,37 +2,47 @@
 # bench/device_cpu.sh: the CPU suite on the GPU machine's host CPU (an Intel Xeon with AVX-512;
 # docs/benchmarks.md, run AV), at two vector ISAs, in two device calls (one may run 10 minutes).
 #
-#   ../shared/device/stage-deps.sh, then copy Eigen (headers and share/eigen3/cmake) into .deps/usr
-#   device run (carry .deps):  bash bench/device_cpu.sh build
+#   ../shared/device/stage-deps.sh, then copy Eigen (headers and share/eigen3/cmake) and Debian 12's
+#   OpenBLAS (headers; libopenblas.so with libgfortran.so.5 and libquadmath.so.0) into .deps/usr
+#   device run (carry .deps):  bash bench/device_cpu.sh build [ISA...]           # default: native x86-64-v3
 #   device run (carry .deps):  bash bench/device_cpu.sh suite x86-64-v3 native [...]   # one round each, in order
 #   device run (carry .deps):  bash bench/device_cpu.sh vmath
 #
-# build: cpu_workloads and bench_vmath at -march=native and -march=x86-64-v3 (build-dev-*/, kept
-# between calls while the machine is warm); libtorch is the image's PyTorch C++ API (not Debian's
-# 1.13), OpenBLAS the image's. suite: cpu_workloads --threads=2,1 on two cores (taskset -c 2,3),
-# under isa_env.sh's pins (at native it pins OpenBLAS to SkylakeX from the CPU's flags: 0.3.21 does
-# not know that CPU and fell back to SSE3 kernels) and run_all's environment. JSON lines and logs go
-# to $OUT. A round takes 4-6 minutes.
+# build: cpu_workloads and bench_vmath at each -march (build-dev-*/, kept between calls while the
+# machine is warm; about a minute each); libtorch is the image's PyTorch C++ API (not Debian's 1.13),
+# OpenBLAS Debian 12's 0.3.21 from .deps, which the runs load through LD_LIBRARY_PATH. suite:
+# cpu_workloads --threads=2,1 on two cores (taskset -c 2,3), under isa_env.sh's pins (at native it
+# pins OpenBLAS to SkylakeX from the CPU's flags: 0.3.21 does not know that CPU and fell back to SSE3
+# kernels) and run_all's environment; SUITE_ARGS adds cpu_workloads arguments (docs/benchmarks.md,
+# run AW: SUITE_ARGS="--workloads=W3c_b256 --systems=fusebox,libtorch,openblas"). JSON lines and logs
+# go to $OUT. A whole round takes 4-6 minutes, a W3c b256 round about 1.5.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/device-cpu-out}
 mkdir -p "$out"
 lscpu | grep -E "Model name|^CPU\(s\)|L1d|L2|L3"
-mode=${1:?usage: bench/device_cpu.sh build | suite ISA... | vmath}
+mode=${1:?usage: bench/device_cpu.sh build [ISA...] | suite ISA... | vmath}
 shift
+# Debian's OpenBLAS from .deps: the link step found libopenblas.so there; the loader wants its soname.
+blas=$root/.deps/usr/lib/x86_64-linux-gnu
+if [ -f "$blas/libopenblas.so" ]; then
+  ln -sf libopenblas.so "$blas/libopenblas.so.0"
+  export LD_LIBRARY_PATH=$blas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 # Two cores away from core 0 (where the machine's own services run) where there are four or more.
 if [ "$(nproc)" -ge 4 ]; then pair=2,3 one=2; else pair=0,1 one=0; fi
 case $mode in
   build)
     torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
-    for isa in native x86-64-v3; do
+    isas=${*:-native x86-64-v3}
+    for isa in $isas; do
       cmake -S "$root" -B "$root/build-dev-$isa" -DCMAKE_BUILD_TYPE=Release -DFUSEBOX_BUILD_BENCH=ON \
         -DFUSEBOX_BUILD_TESTS=OFF -DFUSEBOX_BUILD_EXAMPLES=OFF -DFUSEBOX_ARCH=$isa \
         -DCMAKE_PREFIX_PATH="$root/.deps/usr;$torch_prefix" >"$out/configure-$isa.log" 2>&1 ||
         { echo "configure $isa failed"; tail -20 "$out/configure-$isa.log"; }
       grep "fusebox bench" "$out/configure-$isa.log"
     done
-    for isa in native x86-64-v3; do
+    for isa in $isas; do
       (make -C "$root/build-dev-$isa" -j8 cpu_workloads bench_vmath >"$out/build-$isa.log" 2>&1; echo "$isa build rc=$?") &
     done
     wait ;;
@@ -48,7 +58,7 @@ case $mode in
         echo "# round $round: $isa $(date -u +%T) $isa_summary"
         t0=$SECONDS
         taskset -c $pair "$root/build-dev-$isa/bench/cpu_workloads" --threads=2,1 --round=$round \
-          --out="$out/suite-$round-$isa.jsonl" >"$out/suite-$round-$isa.txt" 2>&1
+          --out="$out/suite-$round-$isa.jsonl" ${SUITE_ARGS:-} >"$out/suite-$round-$isa.txt" 2>&1
         echo "rc=$? $((SECONDS - t0)) s"
       )
     done ;;
