@@ -2,12 +2,16 @@
 // vectorised counterpart evaluated on every normal float of a range (both signs), each against
 // double's <cmath> function; prints the largest relative and absolute error of each. These are the
 // figures tests/cpu/vmath.cpp quotes as Eigen's errors (docs/benchmarks.md, run AU); the test's
-// own sweep covers fusebox's side on every build.
+// own sweep covers fusebox's side on every build. With --faithful, vmath's default functions alone
+// on every float of their ranges: the test samples them, and its samples had missed the worst
+// floats of gelu, sigmoid and silu (run AW).
 //
 // Build: g++ -std=c++20 -O2 -march=native -DNDEBUG -Iinclude -I/usr/include/eigen3
 //        bench/vmath_every_float.cpp   (CMake: bench_vmath_every_float, when Eigen is found)
 // Usage: bench_vmath_every_float [exp|log|erf|tanh|sigmoid|gelu ...]   (default: all; a few
 // minutes of one core, about 4e9 evaluations of each side)
+//        bench_vmath_every_float --faithful [erf|tanh|sigmoid|silu|gelu ...]   (vmath's default
+// functions alone, with ulps: the figures vmath.hpp quotes as "over every float"; 2-4 minutes each)
 #include <fusebox/backend/cpu/vmath.hpp>
 
 #include <xsimd/xsimd.hpp>
@@ -20,6 +24,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -80,10 +85,74 @@ void every_float(char const* name, float lo, float hi, Fast fast, Eigen_fn eigen
     std::fflush(stdout);
 }
 
+// --faithful: vmath's default (faithful) function alone on every float x with lo <= x <= hi (zero,
+// subnormals and normals, both signs), against double: the largest relative error (results under
+// 1e-30 by their absolute error), ulps (as tests/cpu/vmath.cpp counts them) and absolute error, and
+// where each is reached. The figures vmath.hpp's comments quote as "over every float" (run AW).
+template <class Fn, class Ref>
+void every_float_faithful(char const* name, float lo, float hi, Fn fn, Ref ref) {
+    constexpr std::size_t block = std::size_t(1) << 20;
+    std::vector<float> xs(block), ys(block);
+    worst w;
+    double max_ulp = 0, ulp_x = 0;
+    for (std::uint32_t sign : {0u, 0x80000000u}) {
+        std::uint64_t const last = 0x7f7fffffu;
+        for (std::uint64_t u0 = 0; u0 <= last; u0 += block) {
+            std::size_t n = 0;
+            for (std::uint64_t u = u0; u < u0 + block && u <= last; ++u) {
+                float x;
+                std::uint32_t const bits = std::uint32_t(u) | sign;
+                std::memcpy(&x, &bits, sizeof x);
+                if (x >= lo && x <= hi) xs[n++] = x;
+            }
+            while (n % batch::size) xs[n++] = 0;  // whole batches
+            for (std::size_t i = 0; i < n; i += batch::size)
+                fn(batch::load_unaligned(xs.data() + i)).store_unaligned(ys.data() + i);
+            for (std::size_t i = 0; i < n; ++i) {
+                double const r = ref(double(xs[i]));
+                w.add(xs[i], ys[i], r);
+                if (std::isinf(r) || std::isnan(r)) continue;
+                int e = 0;
+                std::frexp(std::max(std::fabs(r), double(std::numeric_limits<float>::min())), &e);
+                double const ulp = std::ldexp(1.0, e - std::numeric_limits<float>::digits);
+                double const u = std::fabs(double(ys[i]) - r) / ulp;
+                if (u > max_ulp) max_ulp = u, ulp_x = xs[i];
+            }
+        }
+    }
+    std::printf("{\"workload\":\"vmath_every_float_faithful_%s\",\"lo\":%g,\"hi\":%g,\"max_rel\":%.4g,"
+                "\"worst_rel_x\":%.9g,\"max_ulp\":%.4g,\"worst_ulp_x\":%.9g,\"max_abs\":%.4g}\n",
+                name, double(lo), double(hi), w.rel, w.rel_x, max_ulp, ulp_x, w.abs);
+    std::fflush(stdout);
+}
+
+int faithful_sweeps(std::vector<std::string> const& want) {
+    auto wanted = [&](char const* fn) {
+        return want.empty() || std::find(want.begin(), want.end(), fn) != want.end();
+    };
+    if (wanted("erf"))
+        every_float_faithful("erf", -7.0f, 7.0f, [](batch v) { return vm::erf(v); },
+                             [](double x) { return std::erf(x); });
+    if (wanted("tanh"))
+        every_float_faithful("tanh", -22.0f, 22.0f, [](batch v) { return vm::tanh(v); },
+                             [](double x) { return std::tanh(x); });
+    if (wanted("sigmoid"))
+        every_float_faithful("sigmoid", -110.0f, 110.0f, [](batch v) { return vm::sigmoid(v); },
+                             [](double x) { return 1 / (1 + std::exp(-x)); });
+    if (wanted("silu"))
+        every_float_faithful("silu", -110.0f, 110.0f, [](batch v) { return vm::silu(v); },
+                             [](double x) { return x / (1 + std::exp(-x)); });
+    if (wanted("gelu"))
+        every_float_faithful("gelu", -16.0f, 16.0f, [](batch v) { return vm::gelu(v); },
+                             [](double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); });
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     std::vector<std::string> want(argv + 1, argv + argc);
+    if (!want.empty() && want.front() == "--faithful") return faithful_sweeps({want.begin() + 1, want.end()});
     auto wanted = [&](char const* fn) {
         return want.empty() || std::find(want.begin(), want.end(), fn) != want.end();
     };

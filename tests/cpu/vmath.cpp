@@ -200,7 +200,12 @@ constexpr bool is_float = sizeof(T) == 4;
 // Float bounds first, double second. Targets: float exp/log <= 3 ulp, erf/tanh abs <= 2e-7 and
 // <= 4 ulp, logistic family and gelu relative <= 5e-7; double relative / abs <= 1e-15. The figures
 // used are tighter: the measured maxima (over AVX-512, AVX2+FMA and SSE2 builds, and NEON under
-// qemu-aarch64: docs/benchmarks.md, run AO) plus a margin.
+// qemu-aarch64: docs/benchmarks.md, run AO) plus a margin. Float gelu misses its target: over every
+// float of [-16, 16] it reaches 5.06e-7 with fma (AVX2) and 5.32e-7 without (SSE2), at single
+// inputs the sampled sweeps of run AO had not met (run AW), so its bound is 5.5e-7; the same sweep
+// took float sigmoid to 2.40 ulp (samples: 2.09) and silu to 2.38e-7 relative (bound now 2.5e-7);
+// tanh (2.46 ulp) and erf (2.50 ulp, 1.5e-7) stayed within theirs. Each function's worst swept float
+// is among its inputs below.
 template <class T>
 bounds pick(bounds f, bounds d) {
     return is_float<T> ? f : d;
@@ -241,14 +246,16 @@ TEMPLATE_TEST_CASE("vmath::log: error bound, scalar == batch lane", "[vmath]", f
 
 TEMPLATE_TEST_CASE("vmath::erf: error bound, scalar == batch lane", "[vmath]", float, double) {
     using T = TestType;
-    std::vector<T> extra = {T(0.875), T(-0.875), T(6), T(-6), T(3.92), T(-3.92)};
+    // The last: the worst float of a sweep over every float of [-7, 7] (AVX2).
+    std::vector<T> extra = {T(0.875), T(-0.875), T(6), T(-6), T(3.92), T(-3.92), T(0.875855029)};
     check<T>("erf", fn_erf, ref_erf, inputs<T>(T(-7), T(7), extra, 3),
              pick<T>({.ulp = 2.8, .abs = 1.7e-7}, {.ulp = 1.75, .abs = 2e-16}));
 }
 
 TEMPLATE_TEST_CASE("vmath::tanh: error bound, scalar == batch lane", "[vmath]", float, double) {
     using T = TestType;
-    std::vector<T> extra = {T(9), T(10), T(19), T(20), T(0.55), T(0.35)};
+    // The last: the worst float of a sweep over every float of [-22, 22] (AVX2).
+    std::vector<T> extra = {T(9), T(10), T(19), T(20), T(0.55), T(0.35), T(0.0311299525)};
     check<T>("tanh", fn_tanh, ref_tanh, inputs<T>(T(-22), T(22), extra, 4),
              pick<T>({.ulp = 2.6, .abs = 1e-7}, {.ulp = 2.5, .abs = 2e-16}));
 }
@@ -256,21 +263,26 @@ TEMPLATE_TEST_CASE("vmath::tanh: error bound, scalar == batch lane", "[vmath]", 
 TEMPLATE_TEST_CASE("vmath::sigmoid: error bound, scalar == batch lane", "[vmath]", float,
                    double) {
     using T = TestType;
-    check<T>("sigmoid", fn_sigmoid, ref_sigmoid, exp_inputs<T>(),
-             pick<T>({.ulp = 2.3, .rel = 2e-7}, {.ulp = 2.5, .rel = 3.6e-16}));
+    std::vector<T> xs = exp_inputs<T>();
+    xs.push_back(T(-4.1572938));  // the worst float of a sweep over every float of [-110, 110] (AVX2)
+    check<T>("sigmoid", fn_sigmoid, ref_sigmoid, xs,
+             pick<T>({.ulp = 2.5, .rel = 2e-7}, {.ulp = 2.5, .rel = 3.6e-16}));
 }
 
 TEMPLATE_TEST_CASE("vmath::silu: error bound, scalar == batch lane", "[vmath]", float, double) {
     using T = TestType;
-    check<T>("silu", fn_silu, ref_silu, exp_inputs<T>(), pick<T>({.rel = 2.4e-7}, {.rel = 4e-16}));
+    std::vector<T> xs = exp_inputs<T>();
+    xs.push_back(T(-12.1931953));  // the worst float of a sweep over every float of [-110, 110] (AVX2)
+    check<T>("silu", fn_silu, ref_silu, xs, pick<T>({.rel = 2.5e-7}, {.rel = 4e-16}));
 }
 
 TEMPLATE_TEST_CASE("vmath::gelu: relative error bound also for x << 0, scalar == batch lane", "[vmath]", float,
                    double) {
     using T = TestType;
-    std::vector<T> extra = {T(13.1), T(-13.1), T(37.6), T(-37.6), T(-5.5), T(-3)};
+    // The worst floats of a sweep over every float of [-16, 16]: with fma (AVX2) and without (SSE2).
+    std::vector<T> extra = {T(13.1), T(-13.1), T(37.6), T(-37.6), T(-5.5), T(-3), T(-1.46635365), T(-2.00226116)};
     check<T>("gelu", fn_gelu, ref_gelu, inputs<T>(is_float<T> ? T(-16) : T(-40), T(16), extra, 5),
-             pick<T>({.rel = 5e-7}, {.rel = 8.5e-16}));
+             pick<T>({.rel = 5.5e-7}, {.rel = 8.5e-16}));
 }
 
 TEMPLATE_TEST_CASE("vmath::gelu_tanh: error bound, scalar == batch lane", "[vmath]", float,
