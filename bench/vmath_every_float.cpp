@@ -45,6 +45,20 @@ struct worst {
     }
 };
 
+// The floats with bit patterns (u | sign) for u in [u0, min(u0 + count, last + 1)) that lie in
+// [lo, hi], into out; returns how many.
+std::size_t floats_in(std::uint64_t u0, std::size_t count, std::uint64_t last, std::uint32_t sign, float lo,
+                      float hi, float* out) {
+    std::size_t n = 0;
+    for (std::uint64_t u = u0; u < u0 + count && u <= last; ++u) {
+        float x;
+        std::uint32_t const bits = std::uint32_t(u) | sign;
+        std::memcpy(&x, &bits, sizeof x);
+        if (x >= lo && x <= hi) out[n++] = x;
+    }
+    return n;
+}
+
 // Every normal float x with lo <= x <= hi, in blocks: fusebox's batches (a whole number of them per
 // block) and Eigen's array expression on the same block.
 template <class Fast, class Eigen_fn, class Ref>
@@ -59,13 +73,7 @@ void every_float(char const* name, float lo, float hi, Fast fast, Eigen_fn eigen
     for (std::uint32_t sign : {0u, 0x80000000u}) {
         std::uint64_t const first = 0x00800000u, last = 0x7f7fffffu;  // the positive normal floats
         for (std::uint64_t u0 = first; u0 <= last; u0 += block) {
-            std::size_t n = 0;
-            for (std::uint64_t u = u0; u < u0 + block && u <= last; ++u) {
-                float x;
-                std::uint32_t const bits = std::uint32_t(u) | sign;
-                std::memcpy(&x, &bits, sizeof x);
-                if (x >= lo && x <= hi) px[n++] = x;
-            }
+            std::size_t n = floats_in(u0, block, last, sign, lo, hi, px);
             n -= n % batch::size;
             if (n == 0) continue;
             for (std::size_t i = 0; i < n; i += batch::size)
@@ -99,13 +107,7 @@ void every_float_faithful(char const* name, float lo, float hi, Fn fn, Ref ref) 
     for (std::uint32_t sign : {0u, 0x80000000u}) {
         std::uint64_t const last = 0x7f7fffffu;
         for (std::uint64_t u0 = 0; u0 <= last; u0 += block) {
-            std::size_t n = 0;
-            for (std::uint64_t u = u0; u < u0 + block && u <= last; ++u) {
-                float x;
-                std::uint32_t const bits = std::uint32_t(u) | sign;
-                std::memcpy(&x, &bits, sizeof x);
-                if (x >= lo && x <= hi) xs[n++] = x;
-            }
+            std::size_t n = floats_in(u0, block, last, sign, lo, hi, xs.data());
             while (n % batch::size) xs[n++] = 0;  // whole batches
             for (std::size_t i = 0; i < n; i += batch::size)
                 fn(batch::load_unaligned(xs.data() + i)).store_unaligned(ys.data() + i);
