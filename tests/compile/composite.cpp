@@ -93,11 +93,51 @@ TEST_CASE("W2c structure: layer_norm(softmax(x), gamma, beta, 1e-5)", "[compile]
   fbt::fill_uniform(gamma, 5, 0.5, 2.0);
   fbt::fill_signed(beta, 6, 0.05, 1.0);
   check_model(w2c, "W2c", x, gamma, beta);
-  // One row kernel: max, sum, then the two layer_norm reductions, all while the row is in cache.
+  // One row kernel: max, sum, then layer_norm's variance (its mean is the sum's, rewritten below),
+  // all while the row is in cache.
   const std::string plan = fb::explain_text(w2c, x, gamma, beta);
   CHECK(contains(plan, "kernel 0 [rows]"));
-  CHECK(contains(plan, "4 reduction pass(es)"));
+  CHECK(contains(plan, "3 reduction pass(es)"));
   CHECK_FALSE(contains(plan, "kernel 1"));
+}
+
+// layer_norm(exp(z) / sum(exp(z))) is rewritten to (e - s / n) rsqrt(var(e) + eps s^2) (ops/composite.hpp):
+// one row pass and the per-element division fewer. The double reference runs op by op, where no
+// rewrite happens (eager ops return tensors), so it checks the algebra, in three regimes: the row's
+// variance below eps (W2c), far above it (a peaked softmax), and eps negligible.
+TEST_CASE("layer_norm of a softmax drops the division and keeps the result", "[compile][composite]") {
+  constexpr std::size_t rows = 37, cols = 300;  // not a multiple of any vector width
+  fb::tensor<float, fb::shape<rows, cols>> x;
+  fb::tensor<float, fb::shape<cols>> gamma, beta;
+  fbt::fill_uniform(gamma, 31, 0.5, 2.0);
+  fbt::fill_signed(beta, 32, 0.05, 1.0);
+  fb::tensor<float, fb::shape<fb::dyn, cols>> x_rows(fb::dims{2, {rows, cols}});
+  for (const double scale : {3.0, 30.0}) {
+    for (const double eps : {1e-5, 1e-12}) {
+      const std::string what = "x in +-[0.05, " + std::to_string(scale) + "], eps " + std::to_string(eps);
+      INFO(what);
+      fbt::fill_signed(x, 33 + static_cast<std::uint64_t>(scale), 0.05, scale);
+      for (std::size_t i = 0; i < x.size(); ++i) x_rows.flat(i) = x.flat(i);
+      auto model = [eps](auto x, auto g, auto b) { return fb::layer_norm(fb::softmax(x), g, b, eps); };
+      const auto ref = fb::eager(model)(to_double_dyn(x), to_double_dyn(gamma), to_double_dyn(beta));
+      const auto y = fb::compile(model)(x, gamma, beta);
+      CHECK(rel_diff(y, ref) <= 2e-6);
+      // The run-time path rewrites too when the row's extent is static, and not when it is dyn.
+      CHECK(rel_diff(fb::compile(model)(x_rows, gamma, beta), ref) <= 2e-6);
+      CHECK(rel_diff(fb::compile(model)(fbt::to_dyn(x), fbt::to_dyn(gamma), fbt::to_dyn(beta)), ref) <= 2e-6);
+      CHECK(contains(fb::explain_text(model, x, gamma, beta), "3 reduction pass(es)"));
+      CHECK(contains(fb::explain_text(model, x_rows, gamma, beta), "3 reduction pass(es)"));
+      CHECK(contains(fb::explain_text(model, fbt::to_dyn(x), fbt::to_dyn(gamma), fbt::to_dyn(beta)), "4 reduction pass(es)"));
+    }
+  }
+  // Not rewritten: x / sum(x) can sum to a negative number, where dividing by s is not a positive
+  // rescaling (the rewrite would flip the sign of the whole row).
+  fbt::fill_signed(x, 40, 0.05, 1.0);
+  for (std::size_t c = 0; c < cols; ++c) x(0, c) = -std::abs(x(0, c));  // row 0 sums below 0
+  auto ratio = [](auto x, auto g, auto b) { return fb::layer_norm(x / fb::sum(x, fb::axis<-1>, fb::keepdim), g, b, 1e-5); };
+  const auto ref = fb::eager(ratio)(to_double_dyn(x), to_double_dyn(gamma), to_double_dyn(beta));
+  CHECK(rel_diff(fb::compile(ratio)(x, gamma, beta), ref) <= 2e-6);
+  CHECK(contains(fb::explain_text(ratio, x, gamma, beta), "3 reduction pass(es)"));  // sum, mean, variance
 }
 
 TEST_CASE("W3c structure: three-layer MLP with GELU", "[compile][composite]") {
