@@ -7,6 +7,8 @@
 // floats stays in L1/L2 across the passes), so compiled should stand to eager about as the bytes
 // eager moves (each op reads and writes a [rows, cols] array: ~13 arrays for layer_norm then
 // softmax; eager also allocates each result) stand to 2 arrays, less what the row kernel's passes cost in arithmetic.
+// softmax then layer_norm is also timed against layer_norm written out with ops (compiled both):
+// the library rewrites the pair without the division (ops/composite.hpp; docs/benchmarks.md, run AX).
 // Usage: bench_composite [--threads=N]   (default: 1 thread)
 #include <cmath>
 #include <cstdio>
@@ -79,6 +81,24 @@ void run(unsigned threads) {
   };
   one("layer_norm->softmax", ln_sm, ref_ln_sm);
   one("softmax->layer_norm", sm_ln, ref_sm_ln);
+
+  // The same model with layer_norm's formula written out, which the rewrite does not match.
+  auto sm_ln_written = [&](const auto& v) {
+    const auto y = fb::softmax(v);
+    const auto centered = y - fb::mean(y, fb::axis<-1>, fb::keepdim);
+    return centered * fb::rsqrt(fb::mean(centered * centered, fb::axis<-1>, fb::keepdim) + 1e-5f) * gamma + beta;
+  };
+  auto rewritten = fb::compile(sm_ln, {.threads = threads});
+  auto written = fb::compile(sm_ln_written, {.threads = threads});
+  fb::tensor<float, fb::shape<R, C>> yr, yw;
+  rewritten.run(yr, x);
+  written.run(yw, x);
+  const auto t = bh::measure_interleaved({{{}, [&] { rewritten.run(yr, x); }}, {{}, [&] { written.run(yw, x); }}});
+  std::printf("{\"bench\":\"composite\",\"model\":\"softmax->layer_norm rewritten vs written out\",\"shape\":[%zu,%zu],"
+              "\"threads\":%u,\"rewritten_us\":%.1f,\"written_out_us\":%.1f,\"time_ratio\":%.3f,\"err_rewritten\":%.2e,"
+              "\"err_written_out\":%.2e}\n",
+              R, C, threads, t[0].median_us, t[1].median_us, t[0].median_us / t[1].median_us,
+              bh::max_rel_err(yr.data(), ref_sm_ln.data(), R * C), bh::max_rel_err(yw.data(), ref_sm_ln.data(), R * C));
 }
 
 }  // namespace
