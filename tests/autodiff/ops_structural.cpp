@@ -120,6 +120,14 @@ TEST_CASE("autodiff: compositions get their derivatives from their parts (softma
   check_grad("layer_norm (x, gamma, beta)",
              [](const auto& u, const auto& g, const auto& b, const auto& w) { return total(fb::layer_norm(u, g, b, 1e-5) * w); },
              fb::wrt<0, 1, 2>, x, gamma, beta, r);
+  // After a softmax, layer_norm is rewritten without the division (ops/composite.hpp) where captured;
+  // eps 0.1 is of the row's variance, so the rewritten eps s^2 term carries gradient too.
+  for (const double eps : {1e-5, 0.1})
+    check_grad("layer_norm of a softmax, eps " + std::to_string(eps),
+               [eps](const auto& u, const auto& g, const auto& b, const auto& w) {
+                 return total(fb::layer_norm(fb::softmax(u), g, b, eps) * w);
+               },
+               fb::wrt<0, 1, 2>, x, gamma, beta, r);
   // Cross entropy with one-hot targets, the classifier's loss.
   fb::tensor<double, fb::shape<3, 6>> onehot;
   onehot.fill(0);
