@@ -4,8 +4,10 @@
 # JIT to the same vector ISA, so that a comparison at AVX2 on an AVX-512 host is at AVX2 on both
 # sides: OpenBLAS's kernel choice (OPENBLAS_CORETYPE), libtorch's own kernels
 # (ATEN_CPU_CAPABILITY), oneDNN's, which libtorch's convolutions run on (ONEDNN_MAX_CPU_ISA; its
-# older name DNNL_MAX_CPU_ISA too), and the JIT's generated kernels (FUSEBOX_CXXFLAGS, which come
-# after the JIT's own -march=native). A variable the caller set is kept.
+# older name DNNL_MAX_CPU_ISA too), MKL's, which runs the matrix products of a libtorch built with
+# it, as PyTorch's own x86 builds are (MKL_ENABLE_INSTRUCTIONS; ATEN_CPU_CAPABILITY does not reach
+# it), and the JIT's generated kernels (FUSEBOX_CXXFLAGS, which come after the JIT's own
+# -march=native). A variable the caller set is kept.
 isa_arch="${isa_arch:-native}"
 case "$isa_arch" in
   native)
@@ -21,10 +23,12 @@ case "$isa_arch" in
     fi ;;
   x86-64-v3 | haswell)
     export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-Haswell}" ATEN_CPU_CAPABILITY="${ATEN_CPU_CAPABILITY:-avx2}"
-    export ONEDNN_MAX_CPU_ISA="${ONEDNN_MAX_CPU_ISA:-AVX2}" DNNL_MAX_CPU_ISA="${DNNL_MAX_CPU_ISA:-AVX2}" ;;
+    export ONEDNN_MAX_CPU_ISA="${ONEDNN_MAX_CPU_ISA:-AVX2}" DNNL_MAX_CPU_ISA="${DNNL_MAX_CPU_ISA:-AVX2}"
+    export MKL_ENABLE_INSTRUCTIONS="${MKL_ENABLE_INSTRUCTIONS:-AVX2}" ;;
   x86-64-v4 | skylake-avx512)
     export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-SkylakeX}" ATEN_CPU_CAPABILITY="${ATEN_CPU_CAPABILITY:-avx512}"
-    export ONEDNN_MAX_CPU_ISA="${ONEDNN_MAX_CPU_ISA:-AVX512_CORE}" DNNL_MAX_CPU_ISA="${DNNL_MAX_CPU_ISA:-AVX512_CORE}" ;;
+    export ONEDNN_MAX_CPU_ISA="${ONEDNN_MAX_CPU_ISA:-AVX512_CORE}" DNNL_MAX_CPU_ISA="${DNNL_MAX_CPU_ISA:-AVX512_CORE}"
+    export MKL_ENABLE_INSTRUCTIONS="${MKL_ENABLE_INSTRUCTIONS:-AVX512}" ;;
 esac
 if [ "$isa_arch" != native ]; then export FUSEBOX_CXXFLAGS="-march=$isa_arch${FUSEBOX_CXXFLAGS:+ $FUSEBOX_CXXFLAGS}"; fi
-isa_summary="-march=$isa_arch; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-} ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-} ONEDNN_MAX_CPU_ISA=${ONEDNN_MAX_CPU_ISA:-} FUSEBOX_CXXFLAGS=${FUSEBOX_CXXFLAGS:-}"
+isa_summary="-march=$isa_arch; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-} ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-} ONEDNN_MAX_CPU_ISA=${ONEDNN_MAX_CPU_ISA:-} MKL_ENABLE_INSTRUCTIONS=${MKL_ENABLE_INSTRUCTIONS:-} FUSEBOX_CXXFLAGS=${FUSEBOX_CXXFLAGS:-}"
