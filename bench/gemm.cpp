@@ -11,7 +11,13 @@
 //
 // Build: g++ -std=c++20 -O3 -march=native -I include bench/gemm.cpp
 //          -I/usr/include/x86_64-linux-gnu/openblas-pthread -lopenblas -pthread -o bench_gemm
-// Run:   ./bench_gemm [--quick | --limits]
+// Run:   ./bench_gemm [--quick | --limits | --t1]
+//
+// --t1: instead, T1's eight products (the MLP 784 -> 256 -> 128 -> 10 of train_fashion_mnist at
+// batch 128: three forward x W^T, three weight gradients dY^T x, two input gradients dY W; W stored
+// [out, in] as nn::linear and torch store it), each against cblas_sgemm with the same transposes,
+// threads 1 and 2, and their sum: how
+// fast a training step's products can be at this ISA (docs/benchmarks.md, run AY).
 #include <fusebox/backend/cpu/gemm.hpp>
 #include <fusebox/backend/cpu/thread_pool.hpp>
 
@@ -203,6 +209,72 @@ std::string load_average() {
   return s.substr(0, s.find(' ', s.find(' ', s.find(' ') + 1) + 1));  // the 1, 5 and 15 minute loads
 }
 
+// T1's products, each C[M, N] = op(A) op(B) with row-major storage: a transposed A is the output
+// gradient dY[K, M] read as dY^T, a transposed B the weight W[N, K] read as W^T.
+struct t1_product {
+  const char* name;
+  std::size_t M, K, N;
+  bool trans_a, trans_b;
+};
+
+int run_t1(bool quick) {
+  const std::size_t batch = 128;
+  const t1_product products[] = {
+      {"fwd1 x@W1^T", batch, 784, 256, false, true},   {"fwd2 h1@W2^T", batch, 256, 128, false, true},
+      {"fwd3 h2@W3^T", batch, 128, 10, false, true},   {"dW3 dY3^T@h2", 10, batch, 128, true, false},
+      {"dH2 dY3@W3", batch, 10, 128, false, false},   {"dW2 dY2^T@h1", 128, batch, 256, true, false},
+      {"dH1 dY2@W2", batch, 128, 256, false, false},  {"dW1 dY1^T@x", 256, batch, 784, true, false}};
+  for (unsigned threads : {1u, 2u}) {
+    fc::thread_pool& pool = fc::shared_pool(threads);
+    openblas_set_num_threads(int(threads));
+    double ours_sum = 0, peer_sum = 0, flops_sum = 0;
+    for (const t1_product& p : products) {
+      const std::size_t M = p.M, K = p.K, N = p.N;
+      auto A = make_buffer<float>(M * K), B = make_buffer<float>(K * N), C = make_buffer<float>(M * N),
+           Cp = make_buffer<float>(M * N);
+      fill_random(A.get(), M * K, unsigned(M + K));
+      fill_random(B.get(), K * N, unsigned(K + N + 1));
+      // Stored A: [M, K], or [K, M] when transposed; B: [K, N], or [N, K] when transposed.
+      const fc::matrix_view<float> Av = p.trans_a ? fc::matrix_view<float>{A.get(), 1, std::ptrdiff_t(M)}
+                                                  : fc::matrix_view<float>{A.get(), std::ptrdiff_t(K), 1};
+      const fc::matrix_view<float> Bv = p.trans_b ? fc::matrix_view<float>{B.get(), 1, std::ptrdiff_t(K)}
+                                                  : fc::matrix_view<float>{B.get(), std::ptrdiff_t(N), 1};
+      const std::size_t ws_bytes = fc::gemm_workspace_bytes<float>(1, M, N, K, threads);
+      auto ws = make_buffer<std::byte>(std::max<std::size_t>(ws_bytes, 64));
+      auto ours = [&] {
+        fc::gemm<float>(1, M, N, K, Av, 0, Bv, 0, C.get(), std::ptrdiff_t(N), 0, fc::no_epilogue{}, pool,
+                        {ws.get(), ws_bytes});
+      };
+      auto sgemm = [&] {
+        cblas_sgemm(CblasRowMajor, p.trans_a ? CblasTrans : CblasNoTrans, p.trans_b ? CblasTrans : CblasNoTrans,
+                    int(M), int(N), int(K), 1.f, A.get(), p.trans_a ? int(M) : int(K), B.get(),
+                    p.trans_b ? int(K) : int(N), 0.f, Cp.get(), int(N));
+      };
+      const auto med = measure_interleaved({ours, sgemm}, quick ? 5 : 50, quick ? 20 : 200, 4);
+      double maxdiff = 0, maxref = 0;
+      for (std::size_t i = 0; i < M * N; ++i) {
+        maxdiff = std::max(maxdiff, double(std::abs(C[i] - Cp[i])));
+        maxref = std::max(maxref, double(std::abs(Cp[i])));
+      }
+      const double flops = 2.0 * double(M) * double(N) * double(K);
+      std::printf("{\"workload\": \"T1 %s\", \"threads\": %u, \"M\": %zu, \"K\": %zu, \"N\": %zu, "
+                  "\"fusebox_us\": %.2f, \"openblas_us\": %.2f, \"fusebox_gflops\": %.1f, \"openblas_gflops\": "
+                  "%.1f, \"max_rel_diff\": %.1e}\n",
+                  p.name, threads, M, K, N, med[0] * 1e6, med[1] * 1e6, flops / med[0] * 1e-9, flops / med[1] * 1e-9,
+                  maxdiff / maxref);
+      ours_sum += med[0], peer_sum += med[1], flops_sum += flops;
+    }
+    // 469 steps an epoch (60,000 / 128).
+    std::printf("{\"workload\": \"T1 products\", \"threads\": %u, \"fusebox_us\": %.1f, \"openblas_us\": %.1f, "
+                "\"ratio\": %.3f, \"fusebox_gflops\": %.1f, \"openblas_gflops\": %.1f, \"fusebox_s_per_epoch\": %.3f, "
+                "\"openblas_s_per_epoch\": %.3f}\n",
+                threads, ours_sum * 1e6, peer_sum * 1e6, ours_sum / peer_sum, flops_sum / ours_sum * 1e-9,
+                flops_sum / peer_sum * 1e-9, ours_sum * 469, peer_sum * 469);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -211,6 +283,7 @@ int main(int argc, char** argv) {
   const std::string load_at_start = load_average();
   std::printf("# OpenBLAS core: %s; fusebox vector: %s x %zu floats\n", openblas_get_corename(),
               xsimd::default_arch::name(), xsimd::batch<float>::size);
+  if (opt == "--t1") return run_t1(false);
 
   const std::size_t layers[][2] = {{1024, 4096}, {4096, 4096}, {4096, 1024}};  // {K, N}
   const std::size_t Ms[] = {1, 32, 256};
