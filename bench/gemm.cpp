@@ -16,8 +16,8 @@
 // --t1: instead, T1's eight products (the MLP 784 -> 256 -> 128 -> 10 of train_fashion_mnist at
 // batch 128: three forward x W^T, three weight gradients dY^T x, two input gradients dY W; W stored
 // [out, in] as nn::linear and torch store it), each against cblas_sgemm with the same transposes,
-// threads 1 and 2, and their sum: how
-// fast a training step's products can be at this ISA (docs/benchmarks.md, run AY).
+// threads 1 and 2, and their sum: how fast a training step's products can be at this ISA
+// (docs/benchmarks.md, run AY).
 #include <fusebox/backend/cpu/gemm.hpp>
 #include <fusebox/backend/cpu/thread_pool.hpp>
 
@@ -217,7 +217,7 @@ struct t1_product {
   bool trans_a, trans_b;
 };
 
-int run_t1(bool quick) {
+int run_t1() {
   const std::size_t batch = 128;
   const t1_product products[] = {
       {"fwd1 x@W1^T", batch, 784, 256, false, true},   {"fwd2 h1@W2^T", batch, 256, 128, false, true},
@@ -250,7 +250,7 @@ int run_t1(bool quick) {
                     int(M), int(N), int(K), 1.f, A.get(), p.trans_a ? int(M) : int(K), B.get(),
                     p.trans_b ? int(K) : int(N), 0.f, Cp.get(), int(N));
       };
-      const auto med = measure_interleaved({ours, sgemm}, quick ? 5 : 50, quick ? 20 : 200, 4);
+      const auto med = measure_interleaved({ours, sgemm}, 50, 200, 4);
       double maxdiff = 0, maxref = 0;
       for (std::size_t i = 0; i < M * N; ++i) {
         maxdiff = std::max(maxdiff, double(std::abs(C[i] - Cp[i])));
@@ -283,7 +283,7 @@ int main(int argc, char** argv) {
   const std::string load_at_start = load_average();
   std::printf("# OpenBLAS core: %s; fusebox vector: %s x %zu floats\n", openblas_get_corename(),
               xsimd::default_arch::name(), xsimd::batch<float>::size);
-  if (opt == "--t1") return run_t1(false);
+  if (opt == "--t1") return run_t1();
 
   const std::size_t layers[][2] = {{1024, 4096}, {4096, 4096}, {4096, 1024}};  // {K, N}
   const std::size_t Ms[] = {1, 32, 256};
