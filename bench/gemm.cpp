@@ -76,14 +76,20 @@ double median(std::vector<double> v) {
 // block after its own warm-up, so that drift on a shared machine hits all of them alike.
 // Blocks rather than single runs, with a pause between them: OpenBLAS's idle threads spin
 // for about 2^28 cycles after a call and would otherwise take the second core from the next
-// system's threads. Returns each callable's median in seconds.
+// system's threads. Returns each callable's median in seconds. Each block's warm-up also lasts at
+// least min_warmup_s: on the 2-core Zen 3 VM a two-thread call ran at one thread's speed for about
+// 30 ms after the pause (the second core coming back from idle; a loop without OpenBLAS shows it
+// too), longer than the 20 warm-up calls of a short product (docs/benchmarks.md, run AY).
 std::vector<double> measure_interleaved(const std::vector<std::function<void()>>& fns, int warmup, int runs,
-                                        int rounds = 2) {
+                                        int rounds = 2, double min_warmup_s = 0.1) {
   std::vector<std::vector<double>> t(fns.size());
   for (int round = 0; round < rounds; ++round)
     for (std::size_t i = 0; i < fns.size(); ++i) {
       if (fns.size() > 1) std::this_thread::sleep_for(std::chrono::milliseconds(150));
-      for (int w = 0; w < (round == 0 ? warmup : std::max(2, warmup / 4)); ++w) fns[i]();
+      const auto warm_start = clock_type::now();
+      for (int w = 0; w < (round == 0 ? warmup : std::max(2, warmup / 4)) || seconds_since(warm_start) < min_warmup_s;
+           ++w)
+        fns[i]();
       for (int r = 0; r < (runs + rounds - 1) / rounds; ++r) {
         const auto t0 = clock_type::now();
         fns[i]();
