@@ -8,6 +8,7 @@
 #   device run (carry .deps):  bash bench/device_cpu.sh suite x86-64-v3 native [...]   # one round each, in order
 #   device run (carry .deps):  bash bench/device_cpu.sh vmath
 #   device run (carry .deps):  bash bench/device_cpu.sh train x86-64-v3 native [...]   # T1, one round each
+#   device run (carry .deps):  bash bench/device_cpu.sh gemm x86-64-v3 native [...]    # bench_gemm, GEMM_ARGS
 #
 # build: cpu_workloads and bench_vmath at each -march (build-dev-*/, kept between calls while the
 # machine is warm; about a minute each); libtorch is the image's PyTorch C++ API (not Debian's 1.13),
@@ -21,13 +22,15 @@
 # threads per ISA, under the same pins; it needs BUILD_TARGETS="train_fashion_mnist
 # torch_train_fashion_mnist" at build time and Fashion-MNIST in .deps/usr/share/datasets
 # (stage-deps.sh --data). The carry is 64 MiB: OpenBLAS may travel gzipped
-# (.deps/usr/lib/x86_64-linux-gnu/libopenblas.so.gz), and is unpacked here.
+# (.deps/usr/lib/x86_64-linux-gnu/libopenblas.so.gz), and is unpacked here. gemm: bench_gemm
+# (BUILD_TARGETS=bench_gemm) on two cores per ISA under the same pins, with GEMM_ARGS (e.g. --t1: T1's
+# products; docs/benchmarks.md, run AY).
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/device-cpu-out}
 mkdir -p "$out"
 lscpu | grep -E "Model name|^CPU\(s\)|L1d|L2|L3"
-mode=${1:?usage: bench/device_cpu.sh build [ISA...] | suite ISA... | train ISA... | vmath}
+mode=${1:?usage: bench/device_cpu.sh build [ISA...] | suite ISA... | train ISA... | gemm ISA... | vmath}
 shift
 # Debian's OpenBLAS from .deps: the link step found libopenblas.so there; the loader wants its soname.
 blas=$root/.deps/usr/lib/x86_64-linux-gnu
@@ -89,6 +92,17 @@ case $mode in
           taskset -c $cpus "$b/bench/torch_train_fashion_mnist" --epochs "${EPOCHS:-4}" --threads $threads --data "$data" |
             grep median_epoch_s
         done
+      )
+    done ;;
+  gemm)
+    for isa in "$@"; do
+      (
+        isa_arch=$isa
+        . "$root/bench/isa_env.sh"
+        echo "# bench_gemm $isa $(date -u +%T) $isa_summary"
+        # The table (default) or the T1 lines (--t1); the per-shape JSON stays in the file.
+        taskset -c $pair "$root/build-dev-$isa/bench/bench_gemm" ${GEMM_ARGS:-} | tee "$out/gemm-$isa.txt" |
+          grep -v -E '^\{"workload": "(gemm_|stream|sgemm_)'
       )
     done ;;
   vmath)
