@@ -32,7 +32,8 @@ namespace detail {
 template <class X>
 struct exp_over_row_sum : std::false_type {};
 template <class Z, int Axis>
-struct exp_over_row_sum<pointwise<ops::div, pointwise<ops::exp, Z>, reduction<ops::sum, Axis, true, pointwise<ops::exp, Z>>>> {
+struct exp_over_row_sum<
+    pointwise<ops::div, pointwise<ops::exp, Z>, reduction<ops::sum, Axis, true, pointwise<ops::exp, Z>>>> {
   static constexpr dims shape = pointwise<ops::exp, Z>::desc.shape;
   static constexpr bool value = static_cast<std::size_t>(Axis) + 1 == shape.rank && is_known_extent(shape.extent[Axis]);
 };
@@ -42,6 +43,11 @@ struct exp_over_row_sum<pointwise<ops::div, pointwise<ops::exp, Z>, reduction<op
 /// as torch.nn.functional.layer_norm), with gamma and beta of the last dimension's extent.
 template <array_operand X, array_operand G, array_operand B, class Eps>
 auto layer_norm(const X& x, const G& gamma, const B& beta, Eps eps) {
+  // centered rows and the term added to their variance; both forms below end the same way.
+  const auto normalise = [&](const auto& centered, const auto& eps_term) {
+    const auto var = mean(centered * centered, axis<-1>, keepdim);
+    return centered * rsqrt(var + eps_term) * gamma + beta;
+  };
   if constexpr (detail::exp_over_row_sum<X>::value) {
     // x = e / s, s = sum(e) > 0 (e > 0): mean(x) = mean(e) / s and var(x) = var(e) / s^2, so
     // (x - mean(x)) / sqrt(var(x) + eps) = (e - mean(e)) / sqrt(var(e) + eps s^2), and mean(e) =
@@ -51,13 +57,10 @@ auto layer_norm(const X& x, const G& gamma, const B& beta, Eps eps) {
     using T = typename X::value_type;
     const auto& e = x.template child<0>();
     const auto& s = x.template child<1>();
-    const auto centered = e - s / static_cast<T>(detail::exp_over_row_sum<X>::shape.extent[X::desc.shape.rank - 1]);
-    const auto var = mean(centered * centered, axis<-1>, keepdim);
-    return centered * rsqrt(var + s * s * eps) * gamma + beta;
+    const auto n = static_cast<T>(detail::exp_over_row_sum<X>::shape.extent[X::desc.shape.rank - 1]);
+    return normalise(e - s / n, s * s * eps);
   } else {
-    const auto centered = x - mean(x, axis<-1>, keepdim);
-    const auto var = mean(centered * centered, axis<-1>, keepdim);
-    return centered * rsqrt(var + eps) * gamma + beta;
+    return normalise(x - mean(x, axis<-1>, keepdim), eps);
   }
 }
 
