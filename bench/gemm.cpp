@@ -11,13 +11,16 @@
 //
 // Build: g++ -std=c++20 -O3 -march=native -I include bench/gemm.cpp
 //          -I/usr/include/x86_64-linux-gnu/openblas-pthread -lopenblas -pthread -o bench_gemm
-// Run:   ./bench_gemm [--quick | --limits | --t1]
+// Run:   ./bench_gemm [--quick | --limits | --t1 | --stream [rounds]]
 //
 // --t1: instead, T1's eight products (the MLP 784 -> 256 -> 128 -> 10 of train_fashion_mnist at
 // batch 128: three forward x W^T, three weight gradients dY^T x, two input gradients dY W; W stored
 // [out, in] as nn::linear and torch store it), each against cblas_sgemm with the same transposes,
 // threads 1 and 2, and their sum: how fast a training step's products can be at this ISA
 // (docs/benchmarks.md, run AY).
+//
+// --stream [rounds]: case 4's loop orders and K blocks (gemm_choice::stream_kc) on W3c b256's layers,
+// W stored [N, K], against cblas_sgemm and the blocked path (docs/benchmarks.md, run AZ).
 #include <fusebox/backend/cpu/gemm.hpp>
 #include <fusebox/backend/cpu/thread_pool.hpp>
 
@@ -281,6 +284,81 @@ int run_t1() {
   return 0;
 }
 
+// --stream: case 4 (C^T = B^T A^T, W stored [N, K]) on W3c b256's layers at M = 256, each loop
+// order and K block against the blocked path and cblas_sgemm, threads 1 and 2, `rounds` times
+// over (each round alternates all of them): which variant a machine wants, in one run.
+int run_stream(int rounds) {
+  namespace fd = fc::detail;
+  const std::size_t M = 256;
+  const std::size_t layers[][2] = {{4096, 1024}, {4096, 4096}, {1024, 4096}};  // {K, N}
+  struct variant {
+    const char* name;
+    fd::gemm_choice choice;
+  };
+  const variant variants[] = {
+      {"default", {fd::gemm_path::stream_bt}},
+      {"sliver_first_1024", {fd::gemm_path::stream_bt, false, 4, fd::stream_order::sliver_first, 1024}},
+      {"kblock_first_256", {fd::gemm_path::stream_bt, false, 4, fd::stream_order::k_block_first, 256}},
+      {"kblock_first_512", {fd::gemm_path::stream_bt, false, 4, fd::stream_order::k_block_first, 512}},
+      {"kblock_first_1024", {fd::gemm_path::stream_bt, false, 4, fd::stream_order::k_block_first, 1024}},
+      {"kblock_first_2048", {fd::gemm_path::stream_bt, false, 4, fd::stream_order::k_block_first, 2048}},
+      {"blocked", {fd::gemm_path::blocked}},
+  };
+  for (unsigned threads : {1u, 2u}) {
+    fc::thread_pool& pool = fc::shared_pool(threads);
+    openblas_set_num_threads(int(threads));
+    for (auto& layer : layers) {
+      const std::size_t K = layer[0], N = layer[1];
+      auto W = make_buffer<float>(K * N), X = make_buffer<float>(M * K), Y = make_buffer<float>(M * N),
+           Ys = make_buffer<float>(M * N);
+      fill_random(W.get(), K * N, unsigned(K + N));
+      fill_random(X.get(), M * K, unsigned(M));
+      std::size_t ws_bytes = 64;
+      for (const variant& v : variants)
+        ws_bytes = std::max(ws_bytes, fd::layout_for<float>(v.choice.path, M, N, K).total(threads));
+      auto ws = make_buffer<std::byte>(ws_bytes);
+      const fc::matrix_view<float> Xv{X.get(), std::ptrdiff_t(K), 1}, Wv{W.get(), 1, std::ptrdiff_t(K)};
+      std::vector<std::function<void()>> fns;
+      for (const variant& v : variants)
+        fns.push_back([&, choice = v.choice] {
+          fc::no_epilogue none;
+          fc::epilogue_ref<float> ref(none);
+          fd::gemm_with<float>(choice, 1, M, N, K, Xv, 0, Wv, 0, Y.get(), std::ptrdiff_t(N), 0, ref, pool,
+                               {ws.get(), ws_bytes});
+        });
+      fns.push_back([&] {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(N), int(K), 1.f, X.get(), int(K), W.get(),
+                    int(K), 0.f, Ys.get(), int(N));
+      });
+      fns.back()();
+      for (std::size_t i = 0; i < std::size(variants); ++i) {  // each variant's result against OpenBLAS's
+        fns[i]();
+        double maxdiff = 0, maxref = 0;
+        for (std::size_t e = 0; e < M * N; ++e) {
+          maxdiff = std::max(maxdiff, double(std::abs(Y[e] - Ys[e])));
+          maxref = std::max(maxref, double(std::abs(Ys[e])));
+        }
+        if (!(maxdiff <= 1e-5 * maxref)) {
+          std::printf("stream %s M %zu K %zu N %zu: max difference %.2e of %.2e\n", variants[i].name, M, K, N,
+                      maxdiff, maxref);
+          return 1;
+        }
+      }
+      const double flops = 2.0 * double(M) * double(N) * double(K);
+      for (int round = 0; round < rounds; ++round) {
+        const auto med = measure_interleaved(fns, 3, 10, 2);
+        std::printf("stream M %zu K %zu N %zu threads %u round %d: openblas %.1f GFLOP/s;", M, K, N, threads, round,
+                    flops / med.back() * 1e-9);
+        for (std::size_t i = 0; i < std::size(variants); ++i)
+          std::printf(" %s %.3fx", variants[i].name, med[i] / med.back());
+        std::printf("\n");
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -290,6 +368,7 @@ int main(int argc, char** argv) {
   std::printf("# OpenBLAS core: %s; fusebox vector: %s x %zu floats\n", openblas_get_corename(),
               xsimd::default_arch::name(), xsimd::batch<float>::size);
   if (opt == "--t1") return run_t1();
+  if (opt == "--stream") return run_stream(argc > 2 ? std::atoi(argv[2]) : 3);
 
   const std::size_t layers[][2] = {{1024, 4096}, {4096, 4096}, {4096, 1024}};  // {K, N}
   const std::size_t Ms[] = {1, 32, 256};

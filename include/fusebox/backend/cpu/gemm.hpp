@@ -167,7 +167,11 @@ struct gemm_config {
   // longer one means fewer loads and stores of each C^T tile. 1024 against 512 (AVX2) and 256
   // (AVX-512): 1-2% and 2-3% faster on the W3c and T1 shapes (docs/benchmarks.md, run AQ; 2048
   // at AVX2 no faster than 1024). Before, 512 against 256 at AVX2 had taken W3c b256 from
-  // 0.98-1.03x to 1.04-1.08x OpenBLAS (run AO). NEON unmeasured.
+  // 0.98-1.03x to 1.04-1.08x OpenBLAS (run AO). On the Xeon with AVX2 at M = 256, K = 4096
+  // (run AZ, K block first): K blocks of 256, 512 and 2048 were not resolvably faster than 1024
+  // (medians 0.97-1.10x OpenBLAS's time at one thread, 0.80-1.13x at two, where the same code ran
+  // 0.90-1.11x round to round). NEON unmeasured. gemm_choice::stream_kc overrides it (bench/gemm.cpp
+  // --stream times the candidates).
   static constexpr std::size_t kc_stream = 1024;
   // K block (case 5). With 16 registers (AVX2) the B micro-panel (KC x NR) is 16 KiB at 256, so
   // it stays in L1 while the MR-row tiles of the block reuse it; at 512 (32 KiB, all of L1) each
@@ -834,9 +838,11 @@ void run_dots(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue, th
 // Case 4: C^T = B^T A^T. A^T packed once (whole K) into NR-wide panels; B^T rows read in place.
 template <class T, class Epilogue>
 void run_stream_bt(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue, thread_pool& pool, T* ap,
-                   T* scratch, std::size_t scratch_stride, bool pack_a, stream_order order) {
+                   T* scratch, std::size_t scratch_stride, bool pack_a, stream_order order,
+                   std::size_t kc_block = 0) {
   using cfg = gemm_config<T>;
-  constexpr std::size_t MR = cfg::mr, NR = cfg::nr, KC = cfg::kc_stream;
+  constexpr std::size_t MR = cfg::mr, NR = cfg::nr;
+  const std::size_t KC = kc_block ? kc_block : cfg::kc_stream;
   const std::size_t panels = ceil_div(p.M, NR);
   const std::size_t ldt = panels * NR;  // scratch row length
   const std::size_t kchunks = ceil_div(p.K, 1024);
@@ -1050,6 +1056,7 @@ struct gemm_choice {
   bool serial = false;                 // on one thread (the caller's)
   std::size_t tasks_per_thread = 4;    // blocked path's grid
   stream_order order = stream_order::automatic;  // stream B^T path's loop order
+  std::size_t stream_kc = 0;                     // its K block; 0: gemm_config::kc_stream
 };
 
 inline const char* path_name(gemm_path p) noexcept {
@@ -1095,7 +1102,7 @@ void gemm_with(const gemm_choice& choice, std::size_t batch, std::size_t M, std:
         break;
       case gemm_path::stream_bt:  // A shared across the batch: packed once
         run_stream_bt(b, p, epilogue, pool, shared, per_thread, per_thread_elems, b == 0 || a_batch_stride != 0,
-                      choice.order);
+                      choice.order, choice.stream_kc);
         break;
       case gemm_path::blocked: {
         const std::size_t b_bytes = blocked_b_bytes<T>(N, K), a_bytes = blocked_a_bytes<T>(M, K);
