@@ -101,7 +101,7 @@ case $mode in
         isa_arch=$isa
         . "$root/bench/isa_env.sh"
         echo "# bench_gemm $isa $(date -u +%T) $isa_summary"
-        # The table (default) or the T1 lines (--t1); the per-shape JSON stays in the file.
+        # The table (default), the T1 lines (--t1) or case 4's (--stream); the per-shape JSON stays in the file.
         taskset -c $pair "$root/build-dev-$isa/bench/bench_gemm" ${GEMM_ARGS:-} | tee "$out/gemm-$isa.txt" |
           grep -v -E '^\{"workload": "(gemm_|stream|sgemm_)'
       )
