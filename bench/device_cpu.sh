@@ -24,7 +24,8 @@
 # (stage-deps.sh --data). The carry is 64 MiB: OpenBLAS may travel gzipped
 # (.deps/usr/lib/x86_64-linux-gnu/libopenblas.so.gz), and is unpacked here. gemm: bench_gemm
 # (BUILD_TARGETS=bench_gemm) on two cores per ISA under the same pins, with GEMM_ARGS (e.g. --t1: T1's
-# products, run AY; --stream 3: case 4's loop orders and K blocks, run AZ; --limits: the read and sgemm
+# products, run AY; --stream 3: case 4's loop orders and K blocks, run AZ;
+# --stream-pages 3: its packed A^T layouts on 4 KiB and 2 MiB pages, run BA; --limits: the read and sgemm
 # limits alone).
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)

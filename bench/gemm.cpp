@@ -11,7 +11,7 @@
 //
 // Build: g++ -std=c++20 -O3 -march=native -I include bench/gemm.cpp
 //          -I/usr/include/x86_64-linux-gnu/openblas-pthread -lopenblas -pthread -o bench_gemm
-// Run:   ./bench_gemm [--quick | --limits | --t1 | --stream [rounds]]
+// Run:   ./bench_gemm [--quick | --limits | --t1 | --stream [rounds] | --stream-pages [rounds]]
 //
 // --t1: instead, T1's eight products (the MLP 784 -> 256 -> 128 -> 10 of train_fashion_mnist at
 // batch 128: three forward x W^T, three weight gradients dY^T x, two input gradients dY W; W stored
@@ -21,10 +21,14 @@
 //
 // --stream [rounds]: case 4's loop orders and K blocks (gemm_choice::stream_kc) on W3c b256's layers,
 // W stored [N, K], against cblas_sgemm and the blocked path (docs/benchmarks.md, run AZ).
+//
+// --stream-pages [rounds]: case 4's packed A^T layouts (gemm_choice::stream_panel_major) with the
+// workspace on 4 KiB and on 2 MiB pages, on W3c b256's two layers with K = 4096 (run BA).
 #include <fusebox/backend/cpu/gemm.hpp>
 #include <fusebox/backend/cpu/thread_pool.hpp>
 
 #include <cblas.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -359,6 +363,117 @@ int run_stream(int rounds) {
   return 0;
 }
 
+// Memory of `bytes` on its own mapping: 2 MiB-aligned and advised MADV_HUGEPAGE (`huge`; THP is
+// "madvise" on the machines measured) or MADV_NOHUGEPAGE, touched; null when mmap fails.
+struct mapping {
+  void* base = MAP_FAILED;
+  std::size_t len = 0;
+  std::byte* at = nullptr;
+  mapping(std::size_t bytes, bool huge) {
+    constexpr std::size_t two_mib = std::size_t(2) << 20;
+    len = (bytes + 2 * two_mib - 1) / two_mib * two_mib;
+    base = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) return;
+    const auto u = reinterpret_cast<std::uintptr_t>(base);
+    at = static_cast<std::byte*>(base) + ((two_mib - u % two_mib) % two_mib);
+    madvise(at, bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    std::memset(at, 1, bytes);
+  }
+  ~mapping() {
+    if (base != MAP_FAILED) munmap(base, len);
+  }
+  mapping(const mapping&) = delete;
+  mapping& operator=(const mapping&) = delete;
+};
+
+// kB of anonymous huge pages this process holds (/proc/self/smaps_rollup), -1 if unknown.
+long anon_huge_kb() {
+  std::FILE* f = std::fopen("/proc/self/smaps_rollup", "r");
+  if (!f) return -1;
+  char line[256];
+  long kb = -1;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "AnonHugePages: %ld kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb;
+}
+
+// --stream-pages: case 4's packed A^T, panel by panel (each panel's whole K, so at K = 4096 the
+// panels of one K block lie 256 KiB apart) or K block by K block (one K block's panels contiguous),
+// with the workspace on 4 KiB pages or on 2 MiB pages, against cblas_sgemm, on W3c b256's two
+// layers with K > kc_stream, threads 1 and 2 (docs/benchmarks.md, run BA).
+int run_stream_pages(int rounds) {
+  namespace fd = fc::detail;
+  const std::size_t M = 256;
+  const std::size_t layers[][2] = {{4096, 1024}, {4096, 4096}};  // {K, N}
+  struct variant {
+    const char* name;
+    bool panel_major, huge;
+  };
+  const variant variants[] = {{"panel_4k", true, false},
+                              {"block_4k", false, false},
+                              {"panel_2m", true, true},
+                              {"block_2m", false, true}};
+  for (unsigned threads : {1u, 2u}) {
+    fc::thread_pool& pool = fc::shared_pool(threads);
+    openblas_set_num_threads(int(threads));
+    for (auto& layer : layers) {
+      const std::size_t K = layer[0], N = layer[1];
+      auto W = make_buffer<float>(K * N), X = make_buffer<float>(M * K), Y = make_buffer<float>(M * N),
+           Ys = make_buffer<float>(M * N);
+      fill_random(W.get(), K * N, unsigned(K + N));
+      fill_random(X.get(), M * K, unsigned(M));
+      const std::size_t ws_bytes = fd::layout_for<float>(fd::gemm_path::stream_bt, M, N, K).total(threads);
+      const long huge_before = anon_huge_kb();
+      mapping small(ws_bytes, false), large(ws_bytes, true);
+      if (!small.at || !large.at) {
+        std::printf("stream-pages: mmap failed\n");
+        return 1;
+      }
+      std::printf("# workspace %zu bytes; AnonHugePages %ld kB before, %ld kB after mapping\n", ws_bytes,
+                  huge_before, anon_huge_kb());
+      const fc::matrix_view<float> Xv{X.get(), std::ptrdiff_t(K), 1}, Wv{W.get(), 1, std::ptrdiff_t(K)};
+      std::vector<std::function<void()>> fns;
+      for (const variant& v : variants)
+        fns.push_back([&, v] {
+          fd::gemm_choice choice{fd::gemm_path::stream_bt};
+          choice.stream_panel_major = v.panel_major;
+          fc::no_epilogue none;
+          fc::epilogue_ref<float> ref(none);
+          fd::gemm_with<float>(choice, 1, M, N, K, Xv, 0, Wv, 0, Y.get(), std::ptrdiff_t(N), 0, ref, pool,
+                               {v.huge ? large.at : small.at, ws_bytes});
+        });
+      fns.push_back([&] {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(N), int(K), 1.f, X.get(), int(K), W.get(),
+                    int(K), 0.f, Ys.get(), int(N));
+      });
+      fns.back()();
+      std::vector<float> first;
+      for (std::size_t i = 0; i < std::size(variants); ++i) {  // the layouts give the same bits
+        fns[i]();
+        if (i == 0) first.assign(Y.get(), Y.get() + M * N);
+        else if (std::memcmp(first.data(), Y.get(), M * N * sizeof(float)) != 0) {
+          std::printf("stream-pages %s M %zu K %zu N %zu: not the bits of %s\n", variants[i].name, M, K, N,
+                      variants[0].name);
+          return 1;
+        }
+      }
+      const double flops = 2.0 * double(M) * double(N) * double(K);
+      for (int round = 0; round < rounds; ++round) {
+        const auto med = measure_interleaved(fns, 3, 10, 2);
+        std::printf("stream-pages M %zu K %zu N %zu threads %u round %d: openblas %.1f GFLOP/s;", M, K, N, threads,
+                    round, flops / med.back() * 1e-9);
+        for (std::size_t i = 0; i < std::size(variants); ++i)
+          std::printf(" %s %.3fx", variants[i].name, med[i] / med.back());
+        std::printf("\n");
+        std::fflush(stdout);
+      }
+      std::printf("# AnonHugePages %ld kB\n", anon_huge_kb());
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -369,6 +484,7 @@ int main(int argc, char** argv) {
               xsimd::default_arch::name(), xsimd::batch<float>::size);
   if (opt == "--t1") return run_t1();
   if (opt == "--stream") return run_stream(argc > 2 ? std::atoi(argv[2]) : 3);
+  if (opt == "--stream-pages") return run_stream_pages(argc > 2 ? std::atoi(argv[2]) : 3);
 
   const std::size_t layers[][2] = {{1024, 4096}, {4096, 4096}, {4096, 1024}};  // {K, N}
   const std::size_t Ms[] = {1, 32, 256};

@@ -71,8 +71,17 @@ std::string torch_describe() {
   const char* omp = std::getenv("OMP_WAIT_POLICY");
   const char* tun = std::getenv("GLIBC_TUNABLES");
   const char* isa = std::getenv("ATEN_CPU_CAPABILITY");
+  // The BLAS libtorch was built with (PyTorch's wheels: mkl; Debian's 1.13: generic, the system's
+  // libblas.so.3, OpenBLAS on Debian 12 as in this process), not the OpenBLAS peer's configuration
+  // whatever libtorch uses.
+  std::string blas = "unknown";
+  if (auto p = cfg.find("BLAS_INFO="); p != std::string::npos)
+    blas = cfg.substr(p + 10, cfg.find_first_of(", \n", p + 10) - p - 10);
+  if (blas == "open" || blas == "generic") blas += std::string(" (this process's OpenBLAS: ") + openblas_get_config() + ")";
+  const char* mkl = std::getenv("MKL_ENABLE_INSTRUCTIONS");
+  if (blas == "mkl" && mkl) blas += std::string(" (MKL_ENABLE_INSTRUCTIONS=") + mkl + ")";
   return std::string("libtorch ") + TORCH_VERSION + ", CPU capability " + cap + (isa ? std::string(" (ATEN_CPU_CAPABILITY=") + isa + ")" : "") +
-         ", BLAS: " + openblas_get_config() + ", OMP_WAIT_POLICY=" + (omp ? omp : "(unset)") +
+         ", BLAS: " + blas + ", OMP_WAIT_POLICY=" + (omp ? omp : "(unset)") +
          ", GLIBC_TUNABLES=" + (tun ? tun : "(unset)");
 }
 

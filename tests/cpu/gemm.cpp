@@ -259,8 +259,8 @@ TEMPLATE_TEST_CASE("gemm results are bitwise identical for 1, 2 and 4 threads", 
     }
 }
 
-TEMPLATE_TEST_CASE("the stream B^T path gives the same bits in both loop orders and any K block", "[cpu][gemm]",
-                   float, double) {
+TEMPLATE_TEST_CASE("the stream B^T path gives the same bits in both loop orders, any K block and both A^T layouts",
+                   "[cpu][gemm]", float, double) {
   namespace fd = fusebox::cpu::detail;
   using T = TestType;
   thread_pool p1(1), p2(2);
@@ -280,17 +280,20 @@ TEMPLATE_TEST_CASE("the stream B^T path gives the same bits in both loop orders 
       std::vector<std::vector<T>> results;
       for (thread_pool* pool : {&p1, &p2})
         for (auto order : {fd::stream_order::sliver_first, fd::stream_order::k_block_first})
-          for (std::size_t kc : {std::size_t(0), std::size_t(384), std::size_t(2048)}) {  // 0: kc_stream
-            run_result<T> r;
-            r.ldc = d.N, r.c_batch_stride = d.M * d.N;
-            r.C.assign(d.M * d.N, std::numeric_limits<T>::quiet_NaN());
-            std::vector<std::byte> ws(gemm_workspace_bytes<T>(1, d.M, d.N, d.K, pool->size()));
-            no_epilogue none;
-            fd::gemm_with<T>(fd::gemm_choice{fd::gemm_path::stream_bt, false, 4, order, kc}, 1, d.M, d.N, d.K, A.view,
-                             0, B.view, 0, r.C.data(), std::ptrdiff_t(d.N), 0, none, *pool, ws);
-            if (results.empty()) check_against_reference(d, A, B, r);
-            results.push_back(std::move(r.C));
-          }
+          for (std::size_t kc : {std::size_t(0), std::size_t(384), std::size_t(2048)})  // 0: kc_stream
+            for (bool panel_major : {false, true}) {
+              run_result<T> r;
+              r.ldc = d.N, r.c_batch_stride = d.M * d.N;
+              r.C.assign(d.M * d.N, std::numeric_limits<T>::quiet_NaN());
+              std::vector<std::byte> ws(gemm_workspace_bytes<T>(1, d.M, d.N, d.K, pool->size()));
+              no_epilogue none;
+              fd::gemm_choice choice{fd::gemm_path::stream_bt, false, 4, order, kc};
+              choice.stream_panel_major = panel_major;
+              fd::gemm_with<T>(choice, 1, d.M, d.N, d.K, A.view, 0, B.view, 0, r.C.data(), std::ptrdiff_t(d.N), 0,
+                               none, *pool, ws);
+              if (results.empty()) check_against_reference(d, A, B, r);
+              results.push_back(std::move(r.C));
+            }
       INFO("M " << d.M << " N " << d.N << " K " << d.K << " A" << (d.a_t ? "^T" : ""));
       for (std::size_t i = 1; i < results.size(); ++i)
         CHECK(std::memcmp(results[0].data(), results[i].data(), results[0].size() * sizeof(T)) == 0);

@@ -36,7 +36,8 @@
 //      horizontal sum.
 //   4. M > 4, B stored [N, K], and the packed A^T (M x K) within 8 MiB ("stream B^T"): computes
 //      C^T = B^T A^T so that B is never packed. A^T is packed once into NR-wide panels (shared,
-//      L2/L3); each task takes MR rows of B^T at a time, broadcast in place (each row contiguous
+//      L2/L3), K block by K block: one block's panels are contiguous (below run_stream_bt says
+//      why); each task takes MR rows of B^T at a time, broadcast in place (each row contiguous
 //      along k, so the hardware prefetchers stream it), and accumulates MR x M tiles of C^T in a
 //      per-thread scratch, the task's whole column range of them (at most 256 KiB), written to
 //      C at the task's end through W x W register transposes, each row of C in one run. For M =
@@ -839,19 +840,29 @@ void run_dots(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue, th
 template <class T, class Epilogue>
 void run_stream_bt(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogue, thread_pool& pool, T* ap,
                    T* scratch, std::size_t scratch_stride, bool pack_a, stream_order order,
-                   std::size_t kc_block = 0) {
+                   std::size_t kc_block = 0, bool panel_major = false) {
   using cfg = gemm_config<T>;
   constexpr std::size_t MR = cfg::mr, NR = cfg::nr;
   const std::size_t KC = kc_block ? kc_block : cfg::kc_stream;
   const std::size_t panels = ceil_div(p.M, NR);
   const std::size_t ldt = panels * NR;  // scratch row length
-  const std::size_t kchunks = ceil_div(p.K, 1024);
+  const std::size_t kchunks = ceil_div(p.K, KC);
+  // The packed panel s of the K block at pc (KC x NR, k-major). A K block's panels are one
+  // contiguous run (ldt x KC), which K block first reads from L2 for every sliver. Panel by panel
+  // over the whole K (`panel_major`, the layout until run BA) put them 4 * NR * K bytes apart,
+  // 256 KiB at K = 4096: on 2 MiB pages all 16 panels of M = 256 fell in half of a 2 MiB 16-way
+  // L2's sets. On the H200 host's Xeon (AVX2, docs/benchmarks.md, run BA) the contiguous blocks
+  // took 0.88-1.01x the time of the panels on 4 KiB pages, and the panels on 2 MiB pages
+  // 0.98-1.10x; the suite's compiled [N, K] W3c b256 no longer trails eager at one thread.
+  auto panel_at = [&](std::size_t s, std::size_t pc) {
+    return panel_major ? ap + s * NR * p.K + pc * NR : ap + pc * ldt + s * NR * std::min(KC, p.K - pc);
+  };
   // A^T(k, i) = A(i, k): a "B-like" operand with row stride A.col_stride, column stride A.row_stride.
   pool.parallel_for(pack_a ? panels * kchunks : 0, [&](std::size_t t, unsigned) {
-    const std::size_t s = t / kchunks, k0 = (t % kchunks) * 1024, kn = std::min<std::size_t>(1024, p.K - k0);
+    const std::size_t s = t / kchunks, k0 = (t % kchunks) * KC, kn = std::min(KC, p.K - k0);
     const std::size_t i0 = s * NR, n = std::min(NR, p.M - i0);
     pack_b_panel(n, kn, p.A.data + std::ptrdiff_t(i0) * p.A.row_stride + std::ptrdiff_t(k0) * p.A.col_stride,
-                 p.A.col_stride, p.A.row_stride, ap + s * NR * p.K + k0 * NR, NR);
+                 p.A.col_stride, p.A.row_stride, panel_at(s, k0), NR);
   });
 
   const std::size_t slivers = ceil_div(p.N, MR);
@@ -872,7 +883,7 @@ void run_stream_bt(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogu
       T* tile_c = ct + (j - jb) * ldt;
       for (std::size_t s = 0; s < panels; ++s)
         tile<T, 0>(m, NR,
-                   kernel_args<T>{kc, bt, bt_rs, bt_cs, ap + s * NR * p.K + pc * NR, std::ptrdiff_t(NR),
+                   kernel_args<T>{kc, bt, bt_rs, bt_cs, panel_at(s, pc), std::ptrdiff_t(NR),
                                   tile_c + s * NR, std::ptrdiff_t(ldt), pc > 0});
     };
     if (k_block_first) {
@@ -1057,6 +1068,7 @@ struct gemm_choice {
   std::size_t tasks_per_thread = 4;    // blocked path's grid
   stream_order order = stream_order::automatic;  // stream B^T path's loop order
   std::size_t stream_kc = 0;                     // its K block; 0: gemm_config::kc_stream
+  bool stream_panel_major = false;               // A^T packed panel by panel (before run BA; bench only)
 };
 
 inline const char* path_name(gemm_path p) noexcept {
@@ -1102,7 +1114,7 @@ void gemm_with(const gemm_choice& choice, std::size_t batch, std::size_t M, std:
         break;
       case gemm_path::stream_bt:  // A shared across the batch: packed once
         run_stream_bt(b, p, epilogue, pool, shared, per_thread, per_thread_elems, b == 0 || a_batch_stride != 0,
-                      choice.order, choice.stream_kc);
+                      choice.order, choice.stream_kc, choice.stream_panel_major);
         break;
       case gemm_path::blocked: {
         const std::size_t b_bytes = blocked_b_bytes<T>(N, K), a_bytes = blocked_a_bytes<T>(M, K);
