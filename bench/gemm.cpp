@@ -424,14 +424,23 @@ int run_stream_pages(int rounds) {
       fill_random(W.get(), K * N, unsigned(K + N));
       fill_random(X.get(), M * K, unsigned(M));
       const std::size_t ws_bytes = fd::layout_for<float>(fd::gemm_path::stream_bt, M, N, K).total(threads);
-      const long huge_before = anon_huge_kb();
-      mapping small(ws_bytes, false), large(ws_bytes, true);
-      if (!small.at || !large.at) {
+      // Fresh mappings each round: which physical pages a workspace gets (and so how its lines fall
+      // on the L2's sets) is a draw per mapping, which one mapping would repeat in every round.
+      std::unique_ptr<mapping> small, large;
+      auto remap = [&] {
+        small.reset();
+        large.reset();
+        const long huge_before = anon_huge_kb();
+        small = std::make_unique<mapping>(ws_bytes, false);
+        large = std::make_unique<mapping>(ws_bytes, true);
+        std::printf("# workspace %zu bytes; AnonHugePages %ld kB before, %ld kB after mapping\n", ws_bytes,
+                    huge_before, anon_huge_kb());
+        return small->at && large->at;
+      };
+      if (!remap()) {
         std::printf("stream-pages: mmap failed\n");
         return 1;
       }
-      std::printf("# workspace %zu bytes; AnonHugePages %ld kB before, %ld kB after mapping\n", ws_bytes,
-                  huge_before, anon_huge_kb());
       const fc::matrix_view<float> Xv{X.get(), std::ptrdiff_t(K), 1}, Wv{W.get(), 1, std::ptrdiff_t(K)};
       std::vector<std::function<void()>> fns;
       for (const variant& v : variants)
@@ -441,7 +450,7 @@ int run_stream_pages(int rounds) {
           fc::no_epilogue none;
           fc::epilogue_ref<float> ref(none);
           fd::gemm_with<float>(choice, 1, M, N, K, Xv, 0, Wv, 0, Y.get(), std::ptrdiff_t(N), 0, ref, pool,
-                               {v.huge ? large.at : small.at, ws_bytes});
+                               {v.huge ? large->at : small->at, ws_bytes});
         });
       fns.push_back([&] {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(N), int(K), 1.f, X.get(), int(K), W.get(),
@@ -460,6 +469,10 @@ int run_stream_pages(int rounds) {
       }
       const double flops = 2.0 * double(M) * double(N) * double(K);
       for (int round = 0; round < rounds; ++round) {
+        if (round > 0 && !remap()) {
+          std::printf("stream-pages: mmap failed\n");
+          return 1;
+        }
         const auto med = measure_interleaved(fns, 3, 10, 2);
         std::printf("stream-pages M %zu K %zu N %zu threads %u round %d: openblas %.1f GFLOP/s;", M, K, N, threads,
                     round, flops / med.back() * 1e-9);
