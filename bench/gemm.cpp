@@ -39,6 +39,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -288,6 +289,41 @@ int run_t1() {
   return 0;
 }
 
+// One of W3c b256's layers for case 4: x [M, K] and W stored [N, K], random, and the results Y
+// (fusebox) and Ys (cblas_sgemm, the peer).
+struct nk_layer {
+  std::size_t M, K, N;
+  buffer<float> W, X, Y, Ys;
+  nk_layer(std::size_t m, std::size_t k, std::size_t n)
+      : M(m), K(k), N(n), W(make_buffer<float>(k * n)), X(make_buffer<float>(m * k)), Y(make_buffer<float>(m * n)),
+        Ys(make_buffer<float>(m * n)) {
+    fill_random(W.get(), K * N, unsigned(K + N));
+    fill_random(X.get(), M * K, unsigned(M));
+  }
+  // Y = X W^T through gemm_with with `choice`.
+  void ours(const fc::detail::gemm_choice& choice, fc::thread_pool& pool, std::span<std::byte> ws) {
+    const fc::matrix_view<float> Xv{X.get(), std::ptrdiff_t(K), 1}, Wv{W.get(), 1, std::ptrdiff_t(K)};
+    fc::no_epilogue none;
+    fc::epilogue_ref<float> ref(none);
+    fc::detail::gemm_with<float>(choice, 1, M, N, K, Xv, 0, Wv, 0, Y.get(), std::ptrdiff_t(N), 0, ref, pool, ws);
+  }
+  // Ys = X W^T through cblas_sgemm.
+  void peer() {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(N), int(K), 1.f, X.get(), int(K), W.get(),
+                int(K), 0.f, Ys.get(), int(N));
+  }
+};
+
+// One round's line: OpenBLAS's rate, then each variant's median over OpenBLAS's (med's last).
+void print_ratios(const char* mode, const nk_layer& l, unsigned threads, int round, const std::vector<double>& med,
+                  const std::vector<const char*>& names) {
+  std::printf("%s M %zu K %zu N %zu threads %u round %d: openblas %.1f GFLOP/s;", mode, l.M, l.K, l.N, threads, round,
+              2.0 * double(l.M) * double(l.N) * double(l.K) / med.back() * 1e-9);
+  for (std::size_t i = 0; i < names.size(); ++i) std::printf(" %s %.3fx", names[i], med[i] / med.back());
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
 // --stream: case 4 (C^T = B^T A^T, W stored [N, K]) on W3c b256's layers at M = 256, each loop
 // order and K block against the blocked path and cblas_sgemm, threads 1 and 2, `rounds` times
 // over (each round alternates all of them): which variant a machine wants, in one run.
@@ -312,35 +348,26 @@ int run_stream(int rounds) {
     fc::thread_pool& pool = fc::shared_pool(threads);
     openblas_set_num_threads(int(threads));
     for (auto& layer : layers) {
-      const std::size_t K = layer[0], N = layer[1];
-      auto W = make_buffer<float>(K * N), X = make_buffer<float>(M * K), Y = make_buffer<float>(M * N),
-           Ys = make_buffer<float>(M * N);
-      fill_random(W.get(), K * N, unsigned(K + N));
-      fill_random(X.get(), M * K, unsigned(M));
+      nk_layer l(M, layer[0], layer[1]);
+      const std::size_t K = l.K, N = l.N;
       std::size_t ws_bytes = 64;
       for (const variant& v : variants)
         ws_bytes = std::max(ws_bytes, fd::layout_for<float>(v.choice.path, M, N, K).total(threads));
       auto ws = make_buffer<std::byte>(ws_bytes);
-      const fc::matrix_view<float> Xv{X.get(), std::ptrdiff_t(K), 1}, Wv{W.get(), 1, std::ptrdiff_t(K)};
       std::vector<std::function<void()>> fns;
-      for (const variant& v : variants)
-        fns.push_back([&, choice = v.choice] {
-          fc::no_epilogue none;
-          fc::epilogue_ref<float> ref(none);
-          fd::gemm_with<float>(choice, 1, M, N, K, Xv, 0, Wv, 0, Y.get(), std::ptrdiff_t(N), 0, ref, pool,
-                               {ws.get(), ws_bytes});
-        });
-      fns.push_back([&] {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(N), int(K), 1.f, X.get(), int(K), W.get(),
-                    int(K), 0.f, Ys.get(), int(N));
-      });
+      std::vector<const char*> names;
+      for (const variant& v : variants) {
+        fns.push_back([&, choice = v.choice] { l.ours(choice, pool, {ws.get(), ws_bytes}); });
+        names.push_back(v.name);
+      }
+      fns.push_back([&] { l.peer(); });
       fns.back()();
       for (std::size_t i = 0; i < std::size(variants); ++i) {  // each variant's result against OpenBLAS's
         fns[i]();
         double maxdiff = 0, maxref = 0;
         for (std::size_t e = 0; e < M * N; ++e) {
-          maxdiff = std::max(maxdiff, double(std::abs(Y[e] - Ys[e])));
-          maxref = std::max(maxref, double(std::abs(Ys[e])));
+          maxdiff = std::max(maxdiff, double(std::abs(l.Y[e] - l.Ys[e])));
+          maxref = std::max(maxref, double(std::abs(l.Ys[e])));
         }
         if (!(maxdiff <= 1e-5 * maxref)) {
           std::printf("stream %s M %zu K %zu N %zu: max difference %.2e of %.2e\n", variants[i].name, M, K, N,
@@ -348,16 +375,8 @@ int run_stream(int rounds) {
           return 1;
         }
       }
-      const double flops = 2.0 * double(M) * double(N) * double(K);
-      for (int round = 0; round < rounds; ++round) {
-        const auto med = measure_interleaved(fns, 3, 10, 2);
-        std::printf("stream M %zu K %zu N %zu threads %u round %d: openblas %.1f GFLOP/s;", M, K, N, threads, round,
-                    flops / med.back() * 1e-9);
-        for (std::size_t i = 0; i < std::size(variants); ++i)
-          std::printf(" %s %.3fx", variants[i].name, med[i] / med.back());
-        std::printf("\n");
-        std::fflush(stdout);
-      }
+      for (int round = 0; round < rounds; ++round)
+        print_ratios("stream", l, threads, round, measure_interleaved(fns, 3, 10, 2), names);
     }
   }
   return 0;
@@ -418,11 +437,8 @@ int run_stream_pages(int rounds) {
     fc::thread_pool& pool = fc::shared_pool(threads);
     openblas_set_num_threads(int(threads));
     for (auto& layer : layers) {
-      const std::size_t K = layer[0], N = layer[1];
-      auto W = make_buffer<float>(K * N), X = make_buffer<float>(M * K), Y = make_buffer<float>(M * N),
-           Ys = make_buffer<float>(M * N);
-      fill_random(W.get(), K * N, unsigned(K + N));
-      fill_random(X.get(), M * K, unsigned(M));
+      nk_layer l(M, layer[0], layer[1]);
+      const std::size_t K = l.K, N = l.N;
       const std::size_t ws_bytes = fd::layout_for<float>(fd::gemm_path::stream_bt, M, N, K).total(threads);
       // Fresh mappings each round: which physical pages a workspace gets (and so how its lines fall
       // on the L2's sets) is a draw per mapping, which one mapping would repeat in every round.
@@ -441,45 +457,34 @@ int run_stream_pages(int rounds) {
         std::printf("stream-pages: mmap failed\n");
         return 1;
       }
-      const fc::matrix_view<float> Xv{X.get(), std::ptrdiff_t(K), 1}, Wv{W.get(), 1, std::ptrdiff_t(K)};
       std::vector<std::function<void()>> fns;
-      for (const variant& v : variants)
+      std::vector<const char*> names;
+      for (const variant& v : variants) {
         fns.push_back([&, v] {
           fd::gemm_choice choice{fd::gemm_path::stream_bt};
           choice.stream_panel_major = v.panel_major;
-          fc::no_epilogue none;
-          fc::epilogue_ref<float> ref(none);
-          fd::gemm_with<float>(choice, 1, M, N, K, Xv, 0, Wv, 0, Y.get(), std::ptrdiff_t(N), 0, ref, pool,
-                               {v.huge ? large->at : small->at, ws_bytes});
+          l.ours(choice, pool, {v.huge ? large->at : small->at, ws_bytes});
         });
-      fns.push_back([&] {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(N), int(K), 1.f, X.get(), int(K), W.get(),
-                    int(K), 0.f, Ys.get(), int(N));
-      });
+        names.push_back(v.name);
+      }
+      fns.push_back([&] { l.peer(); });
       fns.back()();
       std::vector<float> first;
       for (std::size_t i = 0; i < std::size(variants); ++i) {  // the layouts give the same bits
         fns[i]();
-        if (i == 0) first.assign(Y.get(), Y.get() + M * N);
-        else if (std::memcmp(first.data(), Y.get(), M * N * sizeof(float)) != 0) {
+        if (i == 0) first.assign(l.Y.get(), l.Y.get() + M * N);
+        else if (std::memcmp(first.data(), l.Y.get(), M * N * sizeof(float)) != 0) {
           std::printf("stream-pages %s M %zu K %zu N %zu: not the bits of %s\n", variants[i].name, M, K, N,
                       variants[0].name);
           return 1;
         }
       }
-      const double flops = 2.0 * double(M) * double(N) * double(K);
       for (int round = 0; round < rounds; ++round) {
         if (round > 0 && !remap()) {
           std::printf("stream-pages: mmap failed\n");
           return 1;
         }
-        const auto med = measure_interleaved(fns, 3, 10, 2);
-        std::printf("stream-pages M %zu K %zu N %zu threads %u round %d: openblas %.1f GFLOP/s;", M, K, N, threads,
-                    round, flops / med.back() * 1e-9);
-        for (std::size_t i = 0; i < std::size(variants); ++i)
-          std::printf(" %s %.3fx", variants[i].name, med[i] / med.back());
-        std::printf("\n");
-        std::fflush(stdout);
+        print_ratios("stream-pages", l, threads, round, measure_interleaved(fns, 3, 10, 2), names);
       }
       std::printf("# AnonHugePages %ld kB\n", anon_huge_kb());
     }
