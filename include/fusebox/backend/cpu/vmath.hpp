@@ -481,9 +481,11 @@ struct exp_parts {
 // The factor 2^K is free: it goes into the exponent bias. Table = false: the table-free form even
 // where a table exists, for expm1_small: the table's polynomial is accurate relative to exp(r),
 // not to expm1(r) (its 4.7e-9 of exp(r) is 4.7e-9 / r of expm1(r): tanh measured 3.5 ulp near
-// 2|x| = 0.02 with it).
-template <int K = 0, bool Table = true, class V>
-inline exp_parts<V> exp_reduce(V const& x) noexcept {
+// 2|x| = 0.02 with it). Lo = true: the reduction of x + lo, for an argument carried as hi + lo
+// (|lo| about an ulp of x): lo joins r, which is at most ln2/2, so it costs one add and a rounding
+// of r's ulp, where exp(x) (1 + lo) after the fact costs an fma and a rounding of the result's.
+template <int K = 0, bool Table = true, bool Lo = false, class V>
+inline exp_parts<V> exp_reduce(V const& x, V const& lo = V()) noexcept {
     using C = consts<lane_t<V>>;
     using U = bits_t<V>;
     constexpr int B = Table ? exp_table_bits<V> : 0;
@@ -494,6 +496,7 @@ inline exp_parts<V> exp_reduce(V const& x) noexcept {
         // With the fused fma the first step is exact: m ln2_n_hi and x agree in their leading bits.
         V r = detail::fma(m, V(-X::ln2_n_hi), x);
         r = detail::fma(m, V(-X::ln2_n_lo), r);
+        if constexpr (Lo) r = r + lo;
         U tb = to_bits(t);  // m in its low bits (two's complement): the permutes' index
         V p = detail::fma(r * r, detail::horner(r, X::q), r) + table_lookup<B>(tb, X::lo);
         // floor(m / N) + K in the exponent field: m's low 9 + B bits shifted up, its lowest B
@@ -505,17 +508,18 @@ inline exp_parts<V> exp_reduce(V const& x) noexcept {
         V n = t - V(C::shifter);
         V r = detail::fma(n, V(-C::ln2_hi), x);
         r = detail::fma(n, V(-C::ln2_lo), r);
+        if constexpr (Lo) r = r + lo;
         V p = detail::fma(r * r, detail::horner(r, C::expm1_q), r);
         U bias = U(C::one_bits + (typename C::uint(K) << C::mant));
         return {n, p, from_bits<V>((to_bits(t) << C::mant) + bias)};
     }
 }
 
-// 2^K exp(x) where 2^(n + K) is a normal number: x in about [-87.3, 88.7] (float) or
-// [-708, 709] (double) for K = 0.
+// 2^K exp(hi + lo), for an argument carried as hi + lo (a square's two parts), where 2^(n + K) is a
+// normal number: hi in about [-87.3, 88.7] (float) or [-708, 709] (double) for K = 0.
 template <int K = 0, class V>
-inline V exp_normal(V const& x) noexcept {
-    exp_parts<V> e = exp_reduce<K>(x);
+inline V exp_normal(V const& hi, V const& lo) noexcept {
+    exp_parts<V> e = exp_reduce<K, true, true>(hi, lo);
     return detail::fma(e.scale, e.p, e.scale);
 }
 
@@ -681,9 +685,7 @@ inline V erf_impl(V const& x) noexcept {
     } else {
         V zc = detail::select(z > V(C::erf_sat), V(C::erf_sat), z);
         twice<V> q = scaled_square(zc, T(-1));
-        V e = exp_normal(q.hi);
-        e = detail::fma(e, q.lo, e);  // exp(hi + lo) = exp(hi) (1 + lo + ...)
-        far = detail::fma(-e, erfc_scaled(zc), V(1));
+        far = detail::fma(-exp_normal(q.hi, q.lo), erfc_scaled(zc), V(1));
     }
     return detail::select(z < V(C::erf_small), near, with_sign_of(far, x));
 }
@@ -697,8 +699,9 @@ inline V gelu_impl(V const& x) noexcept {
     using C = consts<T>;
     V a = detail::min(detail::abs(x), V(C::gelu_sat));  // a NaN x still makes x * phi NaN
     twice<V> q = scaled_square(a, T(-0.5));
-    V he = exp_normal<-1>(q.hi);  // exp(-a^2/2) / 2
-    he = detail::fma(he, q.lo, he);
+    // exp(-a^2/2) / 2, with the square's low part inside the reduction (run BB: 5.06e-7 -> 4.75e-7
+    // over every float with AVX2, at the same instruction count).
+    V he = exp_normal<-1>(q.hi, q.lo);
     V g = erfc_scaled(a * V(C::rsqrt2));
     V phi = detail::select(x >= V(0), detail::fma(-he, g, V(1)), he * g);  // P(N <= x)
     return detail::select(x < V(-C::gelu_sat), V(T(-0.0)), x * phi);
@@ -892,9 +895,9 @@ inline constexpr struct silu_fn {
 
 // gelu(x) = x Phi(x) = 0.5 x (1 + erf(x / sqrt2)), the exact form, through erfc for both signs so
 // that x << 0 keeps its relative accuracy. Measured rel, float: over every float of [-16, 16],
-// 5.06e-7 with fma (AVX2; at x = -1.46635365, the only float over 5e-7) and 5.32e-7 without
-// (SSE2), where sampled inputs had shown 4.3e-7 and 4.5e-7 (docs/benchmarks.md, run AW); AVX-512
-// and NEON were measured on samples only. Double 7.4e-16 (6.2e-16 with fma) on samples. Results
+// 4.75e-7 with fma (AVX2 and AVX-512, at x = 0.0110406764) and 5.29e-7 without (SSE2, over the
+// 5e-7 target; docs/benchmarks.md, run BB; NEON runs AVX2's operations and was sampled under
+// qemu). Double 7.4e-16 (6.2e-16 with fma) on samples. Results
 // below 1.4e-38 (x < -13.1) and 4e-308 (x < -37.6) are returned as -0.
 inline constexpr struct gelu_fn {
     template <class V>
@@ -905,9 +908,10 @@ inline constexpr struct gelu_fn {
 } gelu{};
 
 // gelu_tanh(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), evaluated as
-// x sigmoid(2u) (no cancellation for x < 0). Measured rel: float 8.9e-7, double 1.9e-15 for
-// x >= -3. Below, the form is ill-conditioned: the rounding of 2u in the working type becomes
-// |2u| eps relative error (float 1.7e-7 (1 + |2u|), double 3.5e-16 (1 + |2u|)).
+// x sigmoid(2u) (no cancellation for x < 0). Measured rel: float 8.9e-7 (9.2e-7 without fma),
+// double 1.9e-15 for x >= -3, on samples. Below, the form is ill-conditioned: the rounding of 2u
+// in the working type becomes |2u| eps relative error (float 1.7e-7 (1 + |2u|), double
+// 3.5e-16 (1 + |2u|)).
 inline constexpr struct gelu_tanh_fn {
     template <class V>
     V operator()(V const& x) const noexcept {
