@@ -895,10 +895,10 @@ inline constexpr struct silu_fn {
 
 // gelu(x) = x Phi(x) = 0.5 x (1 + erf(x / sqrt2)), the exact form, through erfc for both signs so
 // that x << 0 keeps its relative accuracy. Measured rel, float: over every float of [-16, 16],
-// 4.75e-7 with fma (AVX2 and AVX-512, at x = 0.0110406764) and 5.29e-7 without (SSE2, over the
-// 5e-7 target; docs/benchmarks.md, run BB; NEON runs AVX2's operations and was sampled under
-// qemu). Double 7.4e-16 (6.2e-16 with fma) on samples. Results
-// below 1.4e-38 (x < -13.1) and 4e-308 (x < -37.6) are returned as -0.
+// 4.75e-7 with fma (AVX2 and AVX-512, at x = 0.0110406764; NEON under qemu gave AVX2's bits over
+// every 16th float) and 5.29e-7 without (SSE2, over the 5e-7 target; docs/benchmarks.md, run BB).
+// Double 7.4e-16 (6.2e-16 with fma) on samples. Results below 1.4e-38 (x < -13.1) and 4e-308
+// (x < -37.6) are returned as -0.
 inline constexpr struct gelu_fn {
     template <class V>
     V operator()(V const& x) const noexcept {
