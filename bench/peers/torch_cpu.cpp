@@ -72,12 +72,13 @@ std::string torch_describe() {
   const char* tun = std::getenv("GLIBC_TUNABLES");
   const char* isa = std::getenv("ATEN_CPU_CAPABILITY");
   // The BLAS libtorch was built with (PyTorch's wheels: mkl; Debian's 1.13: generic, the system's
-  // libblas.so.3, OpenBLAS on Debian 12 as in this process), not the OpenBLAS peer's configuration
-  // whatever libtorch uses.
+  // libblas.so.3, OpenBLAS on Debian 12 as in this process). The label used to give the OpenBLAS
+  // peer's configuration whichever BLAS libtorch ran.
   std::string blas = "unknown";
   if (auto p = cfg.find("BLAS_INFO="); p != std::string::npos)
     blas = cfg.substr(p + 10, cfg.find_first_of(", \n", p + 10) - p - 10);
-  if (blas == "open" || blas == "generic") blas += std::string(" (this process's OpenBLAS: ") + openblas_get_config() + ")";
+  if (blas == "open" || blas == "generic")
+    blas += std::string(" (this process's OpenBLAS: ") + openblas_get_config() + ")";
   const char* mkl = std::getenv("MKL_ENABLE_INSTRUCTIONS");
   if (blas == "mkl" && mkl) blas += std::string(" (MKL_ENABLE_INSTRUCTIONS=") + mkl + ")";
   return std::string("libtorch ") + TORCH_VERSION + ", CPU capability " + cap + (isa ? std::string(" (ATEN_CPU_CAPABILITY=") + isa + ")" : "") +

@@ -851,10 +851,11 @@ void run_stream_bt(std::size_t item, const gemm_problem<T>& p, Epilogue& epilogu
   // contiguous run (ldt x KC), which K block first reads from L2 for every sliver. Panel by panel
   // over the whole K (`panel_major`, the layout until run BA) put them NR * K elements apart,
   // 256 KiB for float with AVX2 at K = 4096: on 2 MiB pages all 16 panels of M = 256 fell in half
-  // of a 2 MiB 16-way L2's sets. On the H200 host's Xeon (AVX2, docs/benchmarks.md, run BA) the contiguous blocks
-  // took 0.88-1.01x the time of the panels on 4 KiB pages, and the panels on 2 MiB pages
-  // 0.98-1.10x; the suite's compiled [N, K] W3c b256 no longer trails eager at one thread. With
-  // AVX-512 (NR = 32: a panel's K block is one whole period of those sets) 1.00-1.03x, level.
+  // of a 2 MiB 16-way L2's sets. On the H200 host's Xeon (AVX2, docs/benchmarks.md, run BA) the
+  // contiguous blocks took 0.88-1.01x the time of the panels on 4 KiB pages, and the panels on
+  // 2 MiB pages 0.98-1.10x; the suite's compiled [N, K] W3c b256 no longer trailed eager at one
+  // thread (compared across runs AZ and BA, not alternated). With AVX-512 (NR = 32: a panel's K
+  // block is one whole period of those sets) 1.00-1.03x, level.
   auto panel_at = [&](std::size_t s, std::size_t pc) {
     return panel_major ? ap + s * NR * p.K + pc * NR : ap + pc * ldt + s * NR * std::min(KC, p.K - pc);
   };
