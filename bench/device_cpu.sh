@@ -6,7 +6,7 @@
 #   OpenBLAS (headers; libopenblas.so with libgfortran.so.5 and libquadmath.so.0) into .deps/usr
 #   device run (carry .deps):  bash bench/device_cpu.sh build [ISA...]           # default: native x86-64-v3
 #   device run (carry .deps):  bash bench/device_cpu.sh suite x86-64-v3 native [...]   # one round each, in order
-#   device run (carry .deps):  bash bench/device_cpu.sh vmath
+#   device run (carry .deps):  bash bench/device_cpu.sh vmath           # VMATH_W1C_ROUNDS=N: W1c's body N more times
 #   device run (carry .deps):  bash bench/device_cpu.sh train x86-64-v3 native [...]   # T1, one round each
 #   device run (carry .deps):  bash bench/device_cpu.sh gemm x86-64-v3 native [...]    # bench_gemm, GEMM_ARGS
 #
@@ -110,7 +110,14 @@ case $mode in
   vmath)
     for isa in x86-64-v3 native; do
       echo "# bench_vmath $isa"
-      taskset -c $one "$root/build-dev-$isa/bench/bench_vmath" | grep -v '^{'
+      taskset -c $one "$root/build-dev-$isa/bench/bench_vmath" | tee "$out/vmath-$isa.log" | grep -v '^{'
+      grep w1c "$out/vmath-$isa.log"
+    done
+    # W1c's body and its floor again, the ISAs alternated (VMATH_W1C_ROUNDS rounds, default 0).
+    for ((r = 0; r < ${VMATH_W1C_ROUNDS:-0}; r++)); do
+      for isa in x86-64-v3 native; do
+        taskset -c $one "$root/build-dev-$isa/bench/bench_vmath" --w1c | sed "s/^{/{\"isa\":\"$isa\",/"
+      done
     done ;;
   *) echo "unknown mode $mode" >&2; exit 2 ;;
 esac
