@@ -197,7 +197,7 @@ FUSEBOX_BENCH_OPAQUE void w1c_fusebox(float const* x, float const* w, float cons
 // run BC): the arithmetic such a form cannot do without, and less. gelu's Gaussian tail as
 // exp(-t^2/2) (the square carried as hi + lo, which its accuracy needs) times a polynomial in
 // 1 / (1 + p |t|), and sigmoid's exp(-x), as the faithful functions compute them; but the tail's
-// polynomial has 3 terms where a faithful fit needs 9, nothing clamps, saturates or handles a
+// polynomial has 3 terms where the faithful fit (over |t| up to 13.1) has 9, nothing clamps, saturates or handles a
 // special value, and without Divide both divisions are multiplications. Its results are not W1c's
 // (no error is reported): it times a lower bound.
 template <bool Divide>
@@ -288,9 +288,13 @@ void w1c_in_cache() {
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (argc > 1 && std::string(argv[1]) == "--w1c") {  // W1c's body alone, for repeated rounds
-        w1c_in_cache();
-        return 0;
+    if (argc > 1) {
+        if (argc == 2 && std::string(argv[1]) == "--w1c") {  // W1c's body alone, for repeated rounds
+            w1c_in_cache();
+            return 0;
+        }
+        std::fprintf(stderr, "bench_vmath: unknown arguments (usage: bench_vmath [--w1c])\n");
+        return 2;
     }
 #if FUSEBOX_BENCH_VMATH_EIGEN
     Eigen::ArrayXf x(n), y(n);
